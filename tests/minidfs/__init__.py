@@ -1,0 +1,375 @@
+"""The real-HDFS test harness: builds and drives our MiniDFSCluster launcher.
+
+Owns: building the Java launcher with Maven (once, under a file lock), starting it as a
+subprocess, reading its ready line, and the JSON-lines control protocol (one method per
+command). Also owns the wire-byte referee: nftables counters on the DataNodes' xfer ports.
+
+Does I/O: subprocesses (mvn, java, nft) and pipes. Test data is always written by the Java
+client (`put`), never by hdfsfuse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import itertools
+import json
+import os
+import selectors
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+LAUNCHER_DIR = Path(__file__).resolve().parent
+_CLASSES = LAUNCHER_DIR / "target" / "classes"
+_CLASSPATH_FILE = LAUNCHER_DIR / "target" / "classpath.txt"
+_MAIN_CLASS = "hdfsfuse.minidfs.Main"
+_SOURCES = [LAUNCHER_DIR / "pom.xml", *LAUNCHER_DIR.glob("src/main/**/*.*")]
+
+MiB = 1024 * 1024
+
+
+class MiniDfsError(RuntimeError):
+    """The launcher refused a command or failed to start."""
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    return "java"
+
+
+def ensure_built() -> str:
+    """Build the launcher if its sources changed; return the java classpath."""
+    lock_path = LAUNCHER_DIR / ".build.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        main_class = _CLASSES / "hdfsfuse" / "minidfs" / "Main.class"
+        newest_source = max(p.stat().st_mtime for p in _SOURCES)
+        fresh = (
+            main_class.exists()
+            and _CLASSPATH_FILE.exists()
+            and main_class.stat().st_mtime >= newest_source
+            and _CLASSPATH_FILE.stat().st_mtime >= newest_source
+        )
+        if not fresh:
+            cmd = [
+                "mvn", "-B", "-q", "-f", str(LAUNCHER_DIR / "pom.xml"),
+                "compile", "dependency:build-classpath",
+                f"-Dmdep.outputFile={_CLASSPATH_FILE}",
+            ]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise MiniDfsError(
+                    "building the MiniDFS launcher failed:\n" + proc.stdout[-4000:] + proc.stderr[-4000:]
+                )
+            main_class.touch()
+            _CLASSPATH_FILE.touch()
+    return f"{_CLASSES}:{_CLASSPATH_FILE.read_text().strip()}"
+
+
+@dataclasses.dataclass
+class ClusterOptions:
+    datanodes: int = 3
+    block_size: int = 1 * MiB
+    replication: int | None = None
+    checksum_type: str = "CRC32C"
+    bytes_per_checksum: int = 512
+    ha: bool = False
+    block_tokens: bool = False
+    permissions: bool = False
+
+    def argv(self) -> list[str]:
+        args = [
+            "--datanodes", str(self.datanodes),
+            "--block-size", str(self.block_size),
+            "--replication", str(self.replication or min(3, self.datanodes)),
+            "--checksum-type", self.checksum_type,
+            "--bytes-per-checksum", str(self.bytes_per_checksum),
+        ]
+        args += ["--ha"] if self.ha else []
+        args += ["--block-tokens"] if self.block_tokens else []
+        args += ["--permissions"] if self.permissions else []
+        return args
+
+
+class MiniDfs:
+    """One MiniDFSCluster in a JVM subprocess, driven by JSON lines."""
+
+    def __init__(self, options: ClusterOptions | None = None, *, heap: str = "1g") -> None:
+        self.options = options or ClusterOptions()
+        self._heap = heap
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._base_dir: Path | None = None
+        self._buf = b""
+        self._lock = threading.Lock()
+        self.ready: dict[str, Any] = {}
+
+    # ----- lifecycle -------------------------------------------------------------------------
+
+    def start(self, timeout: float = 180.0) -> MiniDfs:
+        classpath = ensure_built()
+        self._base_dir = Path(tempfile.mkdtemp(prefix="hdfsfuse-minidfs-"))
+        self.log_path = self._base_dir / "launcher.log"
+        argv = [
+            _java(), f"-Xmx{self._heap}", "-cp", classpath, _MAIN_CLASS,
+            "--base-dir", str(self._base_dir / "data"), *self.options.argv(),
+        ]
+        with open(self.log_path, "wb") as log:
+            self._proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                cwd=self._base_dir, start_new_session=True,
+            )
+        line = self._readline(timeout)
+        if line is None:
+            self.stop()
+            raise MiniDfsError(f"MiniDFS did not become ready within {timeout:.0f}s:\n{self.log_tail()}")
+        ready = json.loads(line)
+        if not ready.get("ready"):
+            self.stop()
+            raise MiniDfsError(f"MiniDFS failed to start: {ready.get('error')}\n{self.log_tail()}")
+        self.ready = ready
+        return self
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                if proc.stdin:
+                    proc.stdin.close()  # EOF: the launcher shuts the cluster down
+                proc.wait(timeout=60)
+            except (subprocess.TimeoutExpired, BrokenPipeError, OSError):
+                proc.kill()
+                proc.wait()
+            if proc.stdout:
+                proc.stdout.close()
+        if self._base_dir is not None and not os.environ.get("HDFSFUSE_KEEP_MINIDFS"):
+            shutil.rmtree(self._base_dir, ignore_errors=True)
+            self._base_dir = None
+
+    def __enter__(self) -> MiniDfs:
+        return self.start() if self._proc is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no launcher log)"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # ----- facts from the ready line ---------------------------------------------------------
+
+    @property
+    def uri(self) -> str:
+        return str(self.ready["uri"])
+
+    @property
+    def conf_dir(self) -> str:
+        return str(self.ready["conf_dir"])
+
+    @property
+    def namenodes(self) -> list[dict[str, str]]:
+        return list(self.ready["namenodes"])
+
+    @property
+    def datanodes(self) -> list[dict[str, str]]:
+        return list(self.ready["datanodes"])
+
+    @property
+    def xfer_ports(self) -> list[int]:
+        return [int(dn["xfer"].rsplit(":", 1)[1]) for dn in self.datanodes]
+
+    # ----- the control protocol ---------------------------------------------------------------
+
+    def _readline(self, timeout: float) -> bytes | None:
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buf:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not sel.select(remaining):
+                    return None
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    return None
+                self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line
+
+    def command(self, cmd: str, timeout: float = 120.0, **fields: Any) -> dict[str, Any]:
+        """Send one command; return its reply, or raise MiniDfsError on an error reply."""
+        with self._lock:
+            if not self.running:
+                raise MiniDfsError(f"MiniDFS is not running:\n{self.log_tail()}")
+            assert self._proc is not None and self._proc.stdin is not None
+            self._proc.stdin.write(json.dumps({"cmd": cmd, **fields}).encode() + b"\n")
+            self._proc.stdin.flush()
+            line = self._readline(timeout)
+        if line is None:
+            raise MiniDfsError(f"no reply to {cmd!r} within {timeout:.0f}s:\n{self.log_tail()}")
+        reply: dict[str, Any] = json.loads(line)
+        if "error" in reply:
+            raise MiniDfsError(f"{cmd}: {reply['error']}")
+        return reply
+
+    def put(self, local: str | Path, path: str, *, block_size: int | None = None,
+            replication: int | None = None) -> int:
+        fields: dict[str, Any] = {"local": str(local), "path": path}
+        if block_size is not None:
+            fields["block_size"] = block_size
+        if replication is not None:
+            fields["replication"] = replication
+        return int(self.command("put", **fields)["length"])
+
+    def put_bytes(self, data: bytes, path: str, **kw: Any) -> bytes:
+        """Write `data` to HDFS with the Java client (via a local temp file); return it."""
+        with tempfile.NamedTemporaryFile(prefix="hdfsfuse-put-") as f:
+            f.write(data)
+            f.flush()
+            self.put(f.name, path, **kw)
+        return data
+
+    def mkdir(self, path: str, mode: str | None = None) -> None:
+        self.command("mkdir", path=path, **({"mode": mode} if mode else {}))
+
+    def chmod(self, path: str, mode: str) -> None:
+        self.command("chmod", path=path, mode=mode)
+
+    def chown(self, path: str, owner: str | None = None, group: str | None = None) -> None:
+        fields = {k: v for k, v in (("owner", owner), ("group", group)) if v is not None}
+        self.command("chown", path=path, **fields)
+
+    def symlink(self, target: str, path: str) -> None:
+        self.command("symlink", target=target, path=path)
+
+    def delete(self, path: str) -> bool:
+        return bool(self.command("delete", path=path)["deleted"])
+
+    def ls(self, path: str) -> list[dict[str, Any]]:
+        return list(self.command("ls", path=path)["entries"])
+
+    def stat(self, path: str) -> dict[str, Any]:
+        return self.command("stat", path=path)
+
+    def sha256(self, path: str) -> str:
+        return str(self.command("sha256", path=path)["sha256"])
+
+    def blocks(self, path: str) -> list[dict[str, Any]]:
+        return list(self.command("blocks", path=path)["blocks"])
+
+    def stop_datanode(self, xfer: str) -> None:
+        self.command("stop_datanode", xfer=xfer)
+
+    def restart_datanode(self, xfer: str) -> None:
+        self.command("restart_datanode", xfer=xfer)
+
+    def corrupt_replica(self, path: str, block_index: int, xfer: str, offset: int,
+                        length: int = 1) -> dict[str, Any]:
+        return self.command("corrupt_replica", path=path, block_index=block_index, xfer=xfer,
+                            offset=offset, length=length)
+
+    def corrupt_replicas(self, path: str) -> list[int]:
+        """Per block of `path`, how many replicas the NameNode holds as corrupt."""
+        return [int(n) for n in self.command("corrupt_replicas", path=path)["corrupt"]]
+
+    def metrics(self) -> dict[str, dict[str, int]]:
+        """Per DataNode xfer address: BytesRead, ReadBlockOpNumOps, BlocksRead."""
+        return {d["xfer"]: d for d in self.command("metrics")["datanodes"]}
+
+    def metrics_total(self) -> dict[str, int]:
+        totals = {"BytesRead": 0, "ReadBlockOpNumOps": 0, "BlocksRead": 0}
+        for d in self.metrics().values():
+            for k in totals:
+                totals[k] += int(d[k])
+        return totals
+
+    def restart_namenode(self, index: int | None = None) -> None:
+        self.command("restart_namenode", **({"index": index} if index is not None else {}))
+
+    def failover(self) -> str:
+        return str(self.command("failover")["active"])
+
+    def active_namenode(self) -> str:
+        return str(self.command("active_namenode")["active"])
+
+    def append_open(self, path: str, local: str | Path, hflush: bool = True) -> int:
+        return int(self.command("append_open", path=path, local=str(local), hflush=hflush)["position"])
+
+    def append_close(self, path: str) -> None:
+        self.command("append_close", path=path)
+
+    # ----- the wire-byte referee ----------------------------------------------------------------
+
+    @contextmanager
+    def wire(self) -> Iterator[WireCounter]:
+        """Count bytes the DataNodes send from their xfer ports while the block runs."""
+        counter = WireCounter(self.xfer_ports)
+        try:
+            yield counter
+        finally:
+            counter.close()
+
+
+_wire_ids = itertools.count()
+
+
+class WireCounter:
+    """An nftables counter on `tcp sport {xfer ports}` in the output hook (loopback included).
+
+    Counts whole IP packets: IP and TCP headers, DTP headers, checksums and data.
+    `bytes` and `packets` read the live counter; `freeze()` keeps the final values.
+    """
+
+    def __init__(self, ports: list[int]) -> None:
+        self.table = f"hdfsfuse_wire_{os.getpid()}_{next(_wire_ids)}"
+        port_set = ", ".join(str(p) for p in ports)
+        script = (
+            f"add table inet {self.table}\n"
+            f"add chain inet {self.table} out {{ type filter hook output priority 0; policy accept; }}\n"
+            f"add rule inet {self.table} out tcp sport {{ {port_set} }} counter\n"
+        )
+        subprocess.run(["nft", "-f", "-"], input=script.encode(), check=True, capture_output=True)
+        self._frozen: tuple[int, int] | None = None
+
+    def read(self) -> tuple[int, int]:
+        if self._frozen is not None:
+            return self._frozen
+        out = subprocess.run(
+            ["nft", "-j", "list", "chain", "inet", self.table, "out"],
+            check=True, capture_output=True,
+        ).stdout
+        for item in json.loads(out)["nftables"]:
+            rule = item.get("rule")
+            if rule:
+                for expr in rule["expr"]:
+                    if "counter" in expr:
+                        return int(expr["counter"]["bytes"]), int(expr["counter"]["packets"])
+        raise MiniDfsError("nftables counter rule not found")
+
+    @property
+    def bytes(self) -> int:
+        return self.read()[0]
+
+    @property
+    def packets(self) -> int:
+        return self.read()[1]
+
+    def close(self) -> None:
+        if self._frozen is None:
+            self._frozen = self.read()
+            subprocess.run(["nft", "delete", "table", "inet", self.table], capture_output=True)

@@ -1,0 +1,570 @@
+package hdfsfuse.minidfs;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.BufferedReader;
+import java.io.File;
+import java.io.FileInputStream;
+import java.io.FileOutputStream;
+import java.io.InputStream;
+import java.io.InputStreamReader;
+import java.io.OutputStream;
+import java.io.PrintStream;
+import java.io.RandomAccessFile;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.permission.FsPermission;
+import org.apache.hadoop.hdfs.DistributedFileSystem;
+import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.hdfs.MiniDFSNNTopology;
+import org.apache.hadoop.hdfs.protocol.DatanodeInfo;
+import org.apache.hadoop.hdfs.protocol.HdfsFileStatus;
+import org.apache.hadoop.hdfs.protocol.LocatedBlock;
+import org.apache.hadoop.hdfs.protocol.LocatedBlocks;
+import org.apache.hadoop.hdfs.server.datanode.DataNode;
+import org.apache.hadoop.metrics2.MetricsRecordBuilder;
+import org.apache.hadoop.test.MetricsAsserts;
+
+/**
+ * Starts a MiniDFSCluster for hdfsfuse tests and serves a JSON-lines control protocol.
+ *
+ * <p>stdout carries exactly one ready line, then one JSON reply per stdin command. Everything
+ * else (Hadoop's logs) goes to stderr. EOF on stdin shuts the cluster down.
+ */
+public final class Main {
+  private static final ObjectMapper JSON = new ObjectMapper();
+  private static final String NAMESERVICE = "ns1";
+
+  private final Options opts;
+  private final PrintStream out;
+  private MiniDFSCluster cluster;
+  private Configuration conf;
+  private final Map<String, MiniDFSCluster.DataNodeProperties> stopped = new HashMap<>();
+  private final Map<String, FSDataOutputStream> openWriters = new HashMap<>();
+
+  static final class Options {
+    int datanodes = 3;
+    long blockSize = 1024 * 1024;
+    int replication = 3;
+    String checksumType = "CRC32C";
+    int bytesPerChecksum = 512;
+    boolean ha = false;
+    boolean blockTokens = false;
+    boolean permissions = false;
+    String baseDir = "target/minidfs";
+
+    static Options parse(String[] args) {
+      Options o = new Options();
+      for (int i = 0; i < args.length; i++) {
+        String a = args[i];
+        String v = (i + 1 < args.length) ? args[i + 1] : null;
+        switch (a) {
+          case "--datanodes": o.datanodes = Integer.parseInt(v); i++; break;
+          case "--block-size": o.blockSize = Long.parseLong(v); i++; break;
+          case "--replication": o.replication = Integer.parseInt(v); i++; break;
+          case "--checksum-type": o.checksumType = v; i++; break;
+          case "--bytes-per-checksum": o.bytesPerChecksum = Integer.parseInt(v); i++; break;
+          case "--base-dir": o.baseDir = v; i++; break;
+          case "--ha": o.ha = true; break;
+          case "--block-tokens": o.blockTokens = true; break;
+          case "--permissions": o.permissions = true; break;
+          default: throw new IllegalArgumentException("unknown launcher option: " + a);
+        }
+      }
+      if (!o.checksumType.equals("CRC32C") && !o.checksumType.equals("CRC32")
+          && !o.checksumType.equals("NULL")) {
+        throw new IllegalArgumentException("checksum type must be CRC32C, CRC32 or NULL");
+      }
+      return o;
+    }
+  }
+
+  private Main(Options opts, PrintStream out) {
+    this.opts = opts;
+    this.out = out;
+  }
+
+  public static void main(String[] args) throws Exception {
+    // Keep stdout for the protocol only: anything Hadoop prints goes to stderr.
+    PrintStream protocolOut = new PrintStream(new FileOutputStream(java.io.FileDescriptor.out), true, "UTF-8");
+    System.setOut(System.err);
+    Options opts;
+    try {
+      opts = Options.parse(args);
+    } catch (RuntimeException e) {
+      protocolOut.println(error("bad launcher arguments: " + e.getMessage()));
+      System.exit(2);
+      return;
+    }
+    Main m = new Main(opts, protocolOut);
+    try {
+      m.start();
+    } catch (Exception e) {
+      e.printStackTrace();
+      protocolOut.println(error("cluster failed to start: " + e));
+      System.exit(1);
+    }
+    m.serve();
+    m.shutdown();
+    System.exit(0);
+  }
+
+  private void start() throws Exception {
+    File base = new File(opts.baseDir).getAbsoluteFile();
+    conf = new Configuration();
+    conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, base.getPath());
+    conf.setLong("dfs.namenode.fs-limits.min-block-size", 1024);
+    conf.setLong("dfs.blocksize", opts.blockSize);
+    conf.setInt("dfs.replication", opts.replication);
+    conf.set("dfs.checksum.type", opts.checksumType);
+    conf.setInt("dfs.bytes-per-checksum", opts.bytesPerChecksum);
+    conf.setInt("dfs.datanode.scan.period.hours", -1);
+    conf.setBoolean("dfs.block.access.token.enable", opts.blockTokens);
+    conf.setBoolean("dfs.permissions.enabled", opts.permissions);
+    conf.setInt("dfs.safemode.extension", 0);
+    conf.setInt("dfs.namenode.safemode.extension", 0);
+    conf.setInt("dfs.heartbeat.interval", 1);
+    conf.set("dfs.namenode.rpc-bind-host", "127.0.0.1");
+    conf.set("dfs.datanode.hostname", "127.0.0.1");
+    // Keep a corrupt replica in place after it is reported, so tests can inspect it.
+    conf.setInt("dfs.namenode.replication.interval", 3600);
+
+    MiniDFSCluster.Builder b = new MiniDFSCluster.Builder(conf).numDataNodes(opts.datanodes);
+    if (opts.ha) {
+      b.nnTopology(MiniDFSNNTopology.simpleHATopology());
+    }
+    cluster = b.build();
+    if (opts.ha) {
+      cluster.transitionToActive(0);
+    }
+    cluster.waitActive();
+
+    File confDir = new File(base, "conf");
+    confDir.mkdirs();
+    writeClientConf(confDir);
+    out.println(JSON.writeValueAsString(readyLine(confDir)));
+  }
+
+  private String nnRpc(int i) {
+    return "127.0.0.1:" + cluster.getNameNodePort(i);
+  }
+
+  private String fsUri() {
+    return opts.ha ? "hdfs://" + NAMESERVICE : "hdfs://" + nnRpc(0);
+  }
+
+  private void writeClientConf(File confDir) throws Exception {
+    Configuration core = new Configuration(false);
+    core.set("fs.defaultFS", fsUri());
+    Configuration hdfs = new Configuration(false);
+    hdfs.setLong("dfs.blocksize", opts.blockSize);
+    hdfs.setInt("dfs.replication", opts.replication);
+    if (opts.ha) {
+      hdfs.set("dfs.nameservices", NAMESERVICE);
+      hdfs.set("dfs.ha.namenodes." + NAMESERVICE, "nn0,nn1");
+      for (int i = 0; i < 2; i++) {
+        hdfs.set("dfs.namenode.rpc-address." + NAMESERVICE + ".nn" + i, nnRpc(i));
+      }
+      hdfs.set("dfs.client.failover.proxy.provider." + NAMESERVICE,
+          "org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider");
+    }
+    try (OutputStream o = new FileOutputStream(new File(confDir, "core-site.xml"))) {
+      core.writeXml(o);
+    }
+    try (OutputStream o = new FileOutputStream(new File(confDir, "hdfs-site.xml"))) {
+      hdfs.writeXml(o);
+    }
+    // The Java referee uses the same client configuration as our client would.
+    conf.set("fs.defaultFS", fsUri());
+    if (opts.ha) {
+      for (Map.Entry<String, String> e : hdfs) {
+        conf.set(e.getKey(), e.getValue());
+      }
+    }
+  }
+
+  private ObjectNode readyLine(File confDir) {
+    ObjectNode r = JSON.createObjectNode();
+    r.put("ready", true);
+    r.put("uri", fsUri());
+    r.put("ha", opts.ha);
+    if (opts.ha) {
+      r.put("nameservice", NAMESERVICE);
+    }
+    ArrayNode nns = r.putArray("namenodes");
+    int nnCount = opts.ha ? 2 : 1;
+    for (int i = 0; i < nnCount; i++) {
+      ObjectNode nn = nns.addObject();
+      nn.put("rpc", nnRpc(i));
+      nn.put("http", "127.0.0.1:" + cluster.getNameNode(i).getHttpAddress().getPort());
+    }
+    r.set("datanodes", datanodes());
+    r.put("conf_dir", confDir.getPath());
+    r.put("block_size", opts.blockSize);
+    r.put("bytes_per_checksum", opts.bytesPerChecksum);
+    r.put("checksum_type", opts.checksumType);
+    return r;
+  }
+
+  private ArrayNode datanodes() {
+    ArrayNode dns = JSON.createArrayNode();
+    for (DataNode dn : cluster.getDataNodes()) {
+      ObjectNode d = dns.addObject();
+      d.put("xfer", "127.0.0.1:" + dn.getXferPort());
+      d.put("ipc", "127.0.0.1:" + dn.getIpcPort());
+      d.put("http", "127.0.0.1:" + dn.getInfoPort());
+    }
+    return dns;
+  }
+
+  private void serve() throws Exception {
+    BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+    String line;
+    while ((line = in.readLine()) != null) {
+      if (line.isBlank()) {
+        continue;
+      }
+      String reply;
+      boolean stop = false;
+      try {
+        JsonNode cmd = JSON.readTree(line);
+        String name = text(cmd, "cmd");
+        stop = name.equals("shutdown");
+        reply = JSON.writeValueAsString(dispatch(name, cmd));
+      } catch (Exception e) {
+        System.err.println("command failed: " + line);
+        e.printStackTrace();
+        reply = error(e.toString());
+      }
+      out.println(reply);
+      if (stop) {
+        return;
+      }
+    }
+  }
+
+  private static String error(String msg) {
+    ObjectNode r = JSON.createObjectNode();
+    r.put("error", msg);
+    try {
+      return JSON.writeValueAsString(r);
+    } catch (Exception e) {
+      return "{\"error\": \"unprintable error\"}";
+    }
+  }
+
+  private static String text(JsonNode cmd, String field) {
+    JsonNode v = cmd.get(field);
+    if (v == null || v.isNull()) {
+      throw new IllegalArgumentException("missing field: " + field);
+    }
+    return v.asText();
+  }
+
+  private DistributedFileSystem fs() throws Exception {
+    return (DistributedFileSystem) org.apache.hadoop.fs.FileSystem.get(new java.net.URI(fsUri()), conf);
+  }
+
+  private ObjectNode dispatch(String name, JsonNode cmd) throws Exception {
+    ObjectNode r = JSON.createObjectNode();
+    r.put("ok", true);
+    switch (name) {
+      case "put": put(cmd, r); break;
+      case "mkdir": {
+        FsPermission perm = cmd.has("mode")
+            ? new FsPermission(Short.parseShort(text(cmd, "mode"), 8)) : FsPermission.getDirDefault();
+        fs().mkdirs(new Path(text(cmd, "path")), perm);
+        if (cmd.has("mode")) {
+          fs().setPermission(new Path(text(cmd, "path")), perm);
+        }
+        break;
+      }
+      case "chmod":
+        fs().setPermission(new Path(text(cmd, "path")),
+            new FsPermission(Short.parseShort(text(cmd, "mode"), 8)));
+        break;
+      case "chown":
+        fs().setOwner(new Path(text(cmd, "path")),
+            cmd.has("owner") ? text(cmd, "owner") : null, cmd.has("group") ? text(cmd, "group") : null);
+        break;
+      case "symlink":
+        fs().createSymlink(new Path(text(cmd, "target")), new Path(text(cmd, "path")), false);
+        break;
+      case "delete":
+        r.put("deleted", fs().delete(new Path(text(cmd, "path")), true));
+        break;
+      case "ls": {
+        ArrayNode entries = r.putArray("entries");
+        for (FileStatus st : fs().listStatus(new Path(text(cmd, "path")))) {
+          entries.add(status(st));
+        }
+        break;
+      }
+      case "stat": stat(text(cmd, "path"), r); break;
+      case "sha256": sha256(text(cmd, "path"), r); break;
+      case "blocks": blocks(text(cmd, "path"), r); break;
+      case "stop_datanode": {
+        String xfer = text(cmd, "xfer");
+        MiniDFSCluster.DataNodeProperties p = cluster.stopDataNode(xfer);
+        if (p == null) {
+          throw new IllegalArgumentException("no running DataNode at " + xfer);
+        }
+        stopped.put(xfer, p);
+        break;
+      }
+      case "restart_datanode": {
+        String xfer = text(cmd, "xfer");
+        MiniDFSCluster.DataNodeProperties p = stopped.remove(xfer);
+        if (p == null) {
+          throw new IllegalArgumentException("no stopped DataNode at " + xfer);
+        }
+        cluster.restartDataNode(p, true);
+        cluster.waitActive();
+        r.set("datanodes", datanodes());
+        break;
+      }
+      case "corrupt_replica": corruptReplica(cmd, r); break;
+      case "corrupt_replicas": corruptReplicas(text(cmd, "path"), r); break;
+      case "metrics": metrics(r); break;
+      case "restart_namenode": {
+        int nn = cmd.has("index") ? cmd.get("index").asInt() : activeNameNode();
+        cluster.restartNameNode(nn, true);
+        if (opts.ha) {
+          cluster.transitionToActive(nn);
+        }
+        cluster.waitActive();
+        break;
+      }
+      case "failover": {
+        if (!opts.ha) {
+          throw new IllegalStateException("failover needs an HA cluster (--ha)");
+        }
+        int active = activeNameNode();
+        int next = 1 - active;
+        cluster.transitionToStandby(active);
+        cluster.transitionToActive(next);
+        r.put("active", nnRpc(next));
+        break;
+      }
+      case "active_namenode": r.put("active", nnRpc(activeNameNode())); break;
+      case "append_open": appendOpen(cmd, r); break;
+      case "append_close": {
+        FSDataOutputStream o = openWriters.remove(text(cmd, "path"));
+        if (o == null) {
+          throw new IllegalArgumentException("no open writer for " + text(cmd, "path"));
+        }
+        o.close();
+        break;
+      }
+      case "shutdown": break;
+      default: throw new IllegalArgumentException("unknown command: " + name);
+    }
+    return r;
+  }
+
+  private int activeNameNode() {
+    int n = opts.ha ? 2 : 1;
+    for (int i = 0; i < n; i++) {
+      if (cluster.getNameNode(i) != null && cluster.getNameNode(i).isActiveState()) {
+        return i;
+      }
+    }
+    throw new IllegalStateException("no active NameNode");
+  }
+
+  private void put(JsonNode cmd, ObjectNode r) throws Exception {
+    Path p = new Path(text(cmd, "path"));
+    DistributedFileSystem fs = fs();
+    long blockSize = cmd.has("block_size") ? cmd.get("block_size").asLong() : opts.blockSize;
+    short repl = (short) (cmd.has("replication") ? cmd.get("replication").asInt() : opts.replication);
+    long n = 0;
+    try (InputStream in = new FileInputStream(text(cmd, "local"));
+        FSDataOutputStream o = fs.create(p, true, 65536, repl, blockSize)) {
+      n = in.transferTo(o);
+    }
+    r.put("length", n);
+  }
+
+  private void appendOpen(JsonNode cmd, ObjectNode r) throws Exception {
+    String path = text(cmd, "path");
+    Path p = new Path(path);
+    DistributedFileSystem fs = fs();
+    FSDataOutputStream o = openWriters.get(path);
+    if (o == null) {
+      o = fs.exists(p) ? fs.append(p) : fs.create(p, true);
+      openWriters.put(path, o);
+    }
+    try (InputStream in = new FileInputStream(text(cmd, "local"))) {
+      in.transferTo(o);
+    }
+    if (!cmd.has("hflush") || cmd.get("hflush").asBoolean()) {
+      o.hflush();
+    }
+    r.put("position", o.getPos());
+  }
+
+  private ObjectNode status(FileStatus st) {
+    ObjectNode e = JSON.createObjectNode();
+    e.put("name", st.getPath().getName());
+    e.put("type", st.isDirectory() ? "dir" : st.isSymlink() ? "symlink" : "file");
+    e.put("length", st.getLen());
+    e.put("owner", st.getOwner());
+    e.put("group", st.getGroup());
+    e.put("mode", Integer.toOctalString(st.getPermission().toShort() & 01777));
+    e.put("mtime", st.getModificationTime());
+    e.put("atime", st.getAccessTime());
+    e.put("replication", st.getReplication());
+    e.put("block_size", st.getBlockSize());
+    if (st instanceof HdfsFileStatus) {
+      e.put("file_id", ((HdfsFileStatus) st).getFileId());
+    }
+    return e;
+  }
+
+  private void stat(String path, ObjectNode r) throws Exception {
+    HdfsFileStatus st = fs().getClient().getFileLinkInfo(path);
+    if (st == null) {
+      r.put("exists", false);
+      return;
+    }
+    r.put("exists", true);
+    r.put("type", st.isDirectory() ? "dir" : st.isSymlink() ? "symlink" : "file");
+    r.put("length", st.getLen());
+    r.put("owner", st.getOwner());
+    r.put("group", st.getGroup());
+    r.put("mode", Integer.toOctalString(st.getPermission().toShort() & 01777));
+    r.put("mtime", st.getModificationTime());
+    r.put("atime", st.getAccessTime());
+    r.put("replication", st.getReplication());
+    r.put("block_size", st.getBlockSize());
+    r.put("file_id", st.getFileId());
+    r.put("children", st.getChildrenNum());
+    if (st.isSymlink()) {
+      r.put("symlink", st.getSymlink().toString());
+    }
+  }
+
+  private void sha256(String path, ObjectNode r) throws Exception {
+    MessageDigest md = MessageDigest.getInstance("SHA-256");
+    byte[] buf = new byte[1 << 16];
+    long n = 0;
+    try (FSDataInputStream in = fs().open(new Path(path))) {
+      int k;
+      while ((k = in.read(buf)) > 0) {
+        md.update(buf, 0, k);
+        n += k;
+      }
+    }
+    StringBuilder hex = new StringBuilder();
+    for (byte x : md.digest()) {
+      hex.append(String.format("%02x", x));
+    }
+    r.put("sha256", hex.toString());
+    r.put("length", n);
+  }
+
+  private LocatedBlocks located(String path) throws Exception {
+    return fs().getClient().getLocatedBlocks(path, 0, Long.MAX_VALUE);
+  }
+
+  private void blocks(String path, ObjectNode r) throws Exception {
+    ArrayNode arr = r.putArray("blocks");
+    for (LocatedBlock lb : located(path).getLocatedBlocks()) {
+      ObjectNode b = arr.addObject();
+      b.put("offset", lb.getStartOffset());
+      b.put("length", lb.getBlockSize());
+      b.put("block_id", lb.getBlock().getBlockId());
+      b.put("generation_stamp", lb.getBlock().getGenerationStamp());
+      ArrayNode locs = b.putArray("xfer");
+      for (DatanodeInfo dn : lb.getLocations()) {
+        locs.add(dn.getXferAddr());
+      }
+    }
+  }
+
+  private int dataNodeIndex(String xfer) {
+    List<DataNode> dns = cluster.getDataNodes();
+    for (int i = 0; i < dns.size(); i++) {
+      if (dns.get(i).getDatanodeId().getXferAddr().equals(xfer)
+          || ("127.0.0.1:" + dns.get(i).getXferPort()).equals(xfer)) {
+        return i;
+      }
+    }
+    throw new IllegalArgumentException("no running DataNode at " + xfer);
+  }
+
+  private void corruptReplica(JsonNode cmd, ObjectNode r) throws Exception {
+    String path = text(cmd, "path");
+    int index = cmd.get("block_index").asInt();
+    long offset = cmd.get("offset").asLong();
+    int length = cmd.has("length") ? cmd.get("length").asInt() : 1;
+    List<LocatedBlock> blocks = located(path).getLocatedBlocks();
+    if (index < 0 || index >= blocks.size()) {
+      throw new IllegalArgumentException("block_index out of range: " + index);
+    }
+    LocatedBlock lb = blocks.get(index);
+    File blockFile = cluster.getBlockFile(dataNodeIndex(text(cmd, "xfer")), lb.getBlock());
+    if (blockFile == null) {
+      throw new IllegalArgumentException("that DataNode holds no replica of block " + index);
+    }
+    if (offset < 0 || offset + length > blockFile.length()) {
+      throw new IllegalArgumentException("offset/length outside the block file");
+    }
+    try (RandomAccessFile f = new RandomAccessFile(blockFile, "rw")) {
+      byte[] buf = new byte[length];
+      f.seek(offset);
+      f.readFully(buf);
+      for (int i = 0; i < length; i++) {
+        buf[i] = (byte) (buf[i] ^ 0xFF);
+      }
+      f.seek(offset);
+      f.write(buf);
+    }
+    r.put("block_file", blockFile.getPath());
+    r.put("block_id", lb.getBlock().getBlockId());
+  }
+
+  private void corruptReplicas(String path, ObjectNode r) throws Exception {
+    ArrayNode arr = r.putArray("corrupt");
+    // A racy read of the NameNode's corrupt-replica map is fine for a test referee.
+    for (LocatedBlock lb : located(path).getLocatedBlocks()) {
+      arr.add(cluster.getNamesystem(activeNameNode()).getBlockManager()
+          .numCorruptReplicas(lb.getBlock().getLocalBlock()));
+    }
+  }
+
+  private void metrics(ObjectNode r) {
+    ArrayNode arr = r.putArray("datanodes");
+    for (DataNode dn : cluster.getDataNodes()) {
+      MetricsRecordBuilder rb = MetricsAsserts.getMetrics(dn.getMetrics().name());
+      ObjectNode d = arr.addObject();
+      d.put("xfer", "127.0.0.1:" + dn.getXferPort());
+      d.put("BytesRead", MetricsAsserts.getLongCounter("BytesRead", rb));
+      d.put("ReadBlockOpNumOps", MetricsAsserts.getLongCounter("ReadBlockOpNumOps", rb));
+      d.put("BlocksRead", MetricsAsserts.getLongCounter("BlocksRead", rb));
+    }
+  }
+
+  private void shutdown() {
+    for (FSDataOutputStream o : openWriters.values()) {
+      try {
+        o.close();
+      } catch (Exception e) {
+        System.err.println("closing a writer at shutdown: " + e);
+      }
+    }
+    if (cluster != null) {
+      cluster.shutdown(true);
+    }
+  }
+}
