@@ -56,3 +56,10 @@ def ha_cluster() -> Iterator[MiniDfs]:
     """A shared HA cluster: two NameNodes in nameservice ns1, 2 DataNodes."""
     with MiniDfs(ClusterOptions(ha=True, datanodes=2)) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def perm_cluster() -> Iterator[MiniDfs]:
+    """A shared cluster with HDFS permissions on (the launcher's user is the superuser)."""
+    with MiniDfs(ClusterOptions(permissions=True, datanodes=1)) as c:
+        yield c

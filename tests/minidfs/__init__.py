@@ -254,6 +254,10 @@ class MiniDfs:
         fields = {k: v for k, v in (("owner", owner), ("group", group)) if v is not None}
         self.command("chown", path=path, **fields)
 
+    def touch_many(self, path: str, count: int, size: int = 0, prefix: str = "f-") -> None:
+        """Create `count` files `prefix00000`... of `size` bytes each (byte i % 256) in `path`."""
+        self.command("touch_many", path=path, count=count, size=size, prefix=prefix, timeout=600)
+
     def symlink(self, target: str, path: str) -> None:
         self.command("symlink", target=target, path=path)
 

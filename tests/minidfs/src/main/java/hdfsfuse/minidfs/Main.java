@@ -143,6 +143,8 @@ public final class Main {
     if (opts.ha) {
       b.nnTopology(MiniDFSNNTopology.simpleHATopology());
     }
+    // Symlinks are off by default in Hadoop 2+; tests need them.
+    org.apache.hadoop.fs.FileSystem.enableSymlinks();
     cluster = b.build();
     if (opts.ha) {
       cluster.transitionToActive(0);
@@ -297,6 +299,23 @@ public final class Main {
         fs().setOwner(new Path(text(cmd, "path")),
             cmd.has("owner") ? text(cmd, "owner") : null, cmd.has("group") ? text(cmd, "group") : null);
         break;
+      case "touch_many": {
+        // Many small files in one command: name-00000 .. name-(count-1), `size` bytes each.
+        Path dir = new Path(text(cmd, "path"));
+        int count = cmd.get("count").asInt();
+        int size = cmd.has("size") ? cmd.get("size").asInt() : 0;
+        String prefix = cmd.has("prefix") ? text(cmd, "prefix") : "f-";
+        DistributedFileSystem fs = fs();
+        fs.mkdirs(dir);
+        byte[] payload = new byte[size];
+        for (int i = 0; i < count; i++) {
+          try (FSDataOutputStream o = fs.create(new Path(dir, String.format("%s%05d", prefix, i)), true)) {
+            java.util.Arrays.fill(payload, (byte) i);
+            o.write(payload);
+          }
+        }
+        break;
+      }
       case "symlink":
         fs().createSymlink(new Path(text(cmd, "target")), new Path(text(cmd, "path")), false);
         break;

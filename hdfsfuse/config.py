@@ -1,0 +1,165 @@
+"""Hadoop configuration discovery and hdfs:// URI resolution. Pure parsing plus file reads.
+
+Owns: parsing core-site.xml / hdfs-site.xml (`parse_hadoop_xml`, pure, bytes in), finding the
+configuration directory (`load_hadoop_conf`: explicit dir, else $HADOOP_CONF_DIR, else
+$HADOOP_HOME/etc/hadoop), and turning a URI into the NameNode addresses to try
+(`resolve_uri`):
+
+    hdfs://host:port/path     one NameNode
+    hdfs://host/path          one NameNode on port 8020 (unless `host` is a nameservice)
+    hdfs://nameservice/path   dfs.ha.namenodes.NS + dfs.namenode.rpc-address.NS.NN
+    hdfs:///path              the NameNode(s) of fs.defaultFS
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from hdfsfuse.errors import ConfigError
+
+DEFAULT_PORT = 8020
+MAX_CONF_FILE = 16 * 1024 * 1024
+CONF_FILES = ("core-site.xml", "hdfs-site.xml")
+
+
+def parse_hadoop_xml(data: bytes, source: str = "<config>") -> dict[str, str]:
+    """Parse one Hadoop configuration file: <configuration><property><name/><value/>..."""
+    if len(data) > MAX_CONF_FILE:
+        raise ConfigError(f"{source}: larger than {MAX_CONF_FILE} bytes")
+    try:
+        root = ET.fromstring(data)
+    except (ET.ParseError, ValueError) as e:
+        raise ConfigError(f"{source}: not valid XML: {e}") from None
+    if root.tag != "configuration":
+        raise ConfigError(f"{source}: root element is <{root.tag}>, expected <configuration>")
+    props: dict[str, str] = {}
+    for prop in root.iter("property"):
+        name = prop.findtext("name")
+        if name is None or not name.strip():
+            continue
+        props[name.strip()] = (prop.findtext("value") or "").strip()
+    return props
+
+
+def find_conf_dir(explicit: str | None = None) -> Path | None:
+    if explicit:
+        d = Path(explicit)
+        if not d.is_dir():
+            raise ConfigError(f"Hadoop configuration directory {explicit} does not exist")
+        return d
+    if os.environ.get("HADOOP_CONF_DIR"):
+        return Path(os.environ["HADOOP_CONF_DIR"])
+    if os.environ.get("HADOOP_HOME"):
+        return Path(os.environ["HADOOP_HOME"]) / "etc" / "hadoop"
+    return None
+
+
+def load_hadoop_conf(explicit_dir: str | None = None) -> dict[str, str]:
+    """Merge core-site.xml then hdfs-site.xml from the configuration directory, if any."""
+    conf_dir = find_conf_dir(explicit_dir)
+    conf: dict[str, str] = {}
+    if conf_dir is None:
+        return conf
+    for name in CONF_FILES:
+        f = conf_dir / name
+        if f.is_file():
+            if f.stat().st_size > MAX_CONF_FILE:
+                raise ConfigError(f"{f}: larger than {MAX_CONF_FILE} bytes")
+            conf.update(parse_hadoop_xml(f.read_bytes(), str(f)))
+    return conf
+
+
+@dataclasses.dataclass(frozen=True)
+class NameNodeTarget:
+    """Where to find the NameNode(s) and which HDFS path the URI names."""
+
+    label: str  # "host:port" or the nameservice id, for messages
+    addresses: tuple[tuple[str, int], ...]
+    path: str
+
+    @property
+    def ha(self) -> bool:
+        return len(self.addresses) > 1
+
+
+def parse_host_port(value: str, default_port: int = DEFAULT_PORT, what: str = "address") -> tuple[str, int]:
+    value = value.strip()
+    if value.startswith("["):  # [ipv6]:port
+        host, _, rest = value[1:].partition("]")
+        port_s = rest[1:] if rest.startswith(":") else ""
+    elif value.count(":") == 1:
+        host, port_s = value.split(":")
+    else:
+        host, port_s = value, ""
+    if not host:
+        raise ConfigError(f"bad {what} {value!r}: no host")
+    if not port_s:
+        return host, default_port
+    if not port_s.isdigit() or not 0 < int(port_s) < 65536:
+        raise ConfigError(f"bad {what} {value!r}: port must be 1-65535")
+    return host, int(port_s)
+
+
+def _nameservice_addresses(ns: str, conf: dict[str, str]) -> tuple[tuple[str, int], ...] | None:
+    nameservices = [s.strip() for s in conf.get("dfs.nameservices", "").split(",") if s.strip()]
+    ids = [s.strip() for s in conf.get(f"dfs.ha.namenodes.{ns}", "").split(",") if s.strip()]
+    if ids:
+        addrs = []
+        for nn in ids:
+            key = f"dfs.namenode.rpc-address.{ns}.{nn}"
+            if key not in conf:
+                raise ConfigError(f"nameservice {ns}: NameNode {nn} has no {key}")
+            addrs.append(parse_host_port(conf[key], what=key))
+        return tuple(addrs)
+    single = conf.get(f"dfs.namenode.rpc-address.{ns}")
+    if single:
+        return (parse_host_port(single, what=f"dfs.namenode.rpc-address.{ns}"),)
+    if ns in nameservices:
+        raise ConfigError(f"nameservice {ns} is listed in dfs.nameservices but has no NameNode addresses")
+    return None
+
+
+def resolve_uri(uri: str, conf: dict[str, str]) -> NameNodeTarget:
+    """Resolve an hdfs:// URI (with an optional path) against the Hadoop configuration."""
+    try:
+        parts = urlsplit(uri.strip())
+        netloc_port = parts.port  # validates the port syntax
+    except ValueError as e:
+        raise ConfigError(f"bad URI {uri!r}: {e}") from None
+    if parts.scheme != "hdfs":
+        raise ConfigError(f"bad URI {uri!r}: the scheme must be hdfs://")
+    if parts.query or parts.fragment:
+        raise ConfigError(f"bad URI {uri!r}: query strings and fragments are not allowed")
+    if parts.username or parts.password:
+        raise ConfigError(f"bad URI {uri!r}: user info is not allowed; use -o user=NAME")
+    path = unquote(parts.path) or "/"
+    if not path.startswith("/") or "\x00" in path:
+        raise ConfigError(f"bad URI {uri!r}: bad path")
+    path = "/" + "/".join(p for p in path.split("/") if p)
+    if ".." in path.split("/"):
+        raise ConfigError(f"bad URI {uri!r}: '..' is not allowed in the path")
+
+    if not parts.netloc:
+        default_fs = conf.get("fs.defaultFS") or conf.get("fs.default.name")
+        if not default_fs:
+            raise ConfigError(f"{uri!r} names no NameNode and fs.defaultFS is not configured")
+        base = resolve_uri(default_fs, conf)
+        return NameNodeTarget(base.label, base.addresses, path)
+
+    host = parts.hostname or ""
+    if not host:
+        raise ConfigError(f"bad URI {uri!r}: no host")
+    if netloc_port is None:
+        ns_addrs = _nameservice_addresses(host, conf)
+        if ns_addrs is not None:
+            return NameNodeTarget(host, ns_addrs, path)
+        port = DEFAULT_PORT
+    else:
+        if not 0 < netloc_port < 65536:
+            raise ConfigError(f"bad URI {uri!r}: port must be 1-65535")
+        port = netloc_port
+    return NameNodeTarget(f"{host}:{port}", ((host, port),), path)

@@ -1,0 +1,1 @@
+"""Generated protobuf modules; regenerate with `python proto/generate.py`."""
