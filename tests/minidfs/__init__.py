@@ -302,6 +302,21 @@ class MiniDfs:
                 totals[k] += int(d[k])
         return totals
 
+    def metrics_after(self, before: dict[str, int], read_ops: int, timeout: float = 15.0) -> dict[str, int]:
+        """Totals once the DataNodes have finished accounting `read_ops` more READ_BLOCK ops.
+
+        A DataNode updates its counters after it has read the client's status, so a client can
+        finish a read before the counters move; ReadBlockOpNumOps is bumped last.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            totals = self.metrics_total()
+            if totals["ReadBlockOpNumOps"] >= before["ReadBlockOpNumOps"] + read_ops:
+                return totals
+            if time.monotonic() > deadline:
+                raise MiniDfsError(f"DataNodes accounted {totals} within {timeout}s, wanted {read_ops} more ops")
+            time.sleep(0.02)
+
     def restart_namenode(self, index: int | None = None) -> None:
         self.command("restart_namenode", **({"index": index} if index is not None else {}))
 

@@ -1,0 +1,87 @@
+"""HDFS data checksums: CRC32C (crcmod), CRC32 (zlib) and NULL. Pure code, no I/O.
+
+One checksum per `bytes_per_checksum` chunk of block data; the block's last chunk may be short
+and is checksummed over its real length. Each checksum is a 4-byte big-endian integer:
+
+    data:      |<- chunk 0 (bpc) ->|<- chunk 1 (bpc) ->| ... |<- last (<= bpc) ->|
+    checksums: | crc(chunk 0) BE32 | crc(chunk 1) BE32 | ... | crc(last) BE32    |
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable
+
+import crcmod.predefined
+
+from hdfsfuse.errors import ChecksumMismatch
+from hdfsfuse.wire import ProtocolError
+
+CHECKSUM_NULL = 0
+CHECKSUM_CRC32 = 1
+CHECKSUM_CRC32C = 2
+TYPE_NAMES = {CHECKSUM_NULL: "NULL", CHECKSUM_CRC32: "CRC32", CHECKSUM_CRC32C: "CRC32C"}
+
+crc32c: Callable[[bytes], int] = crcmod.predefined.mkCrcFun("crc-32c")
+
+
+def crc32(data: bytes) -> int:
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+_FUNCS: dict[int, Callable[[bytes], int]] = {CHECKSUM_CRC32: crc32, CHECKSUM_CRC32C: crc32c}
+_MAX_BPC = 16 * 1024 * 1024
+
+
+class Checksum:
+    """A block's checksum scheme, as announced in the DataNode's read response."""
+
+    __slots__ = ("_func", "bytes_per_checksum", "kind", "size")
+
+    def __init__(self, kind: int, bytes_per_checksum: int) -> None:
+        if kind not in TYPE_NAMES:
+            raise ProtocolError(f"unknown checksum type {kind}")
+        if not 0 < bytes_per_checksum <= _MAX_BPC:
+            raise ProtocolError(f"bad bytesPerChecksum {bytes_per_checksum}")
+        self.kind = kind
+        self.bytes_per_checksum = bytes_per_checksum
+        self.size = 0 if kind == CHECKSUM_NULL else 4
+        self._func = _FUNCS.get(kind)
+
+    @property
+    def name(self) -> str:
+        return TYPE_NAMES[self.kind]
+
+    def checksums_len(self, data_len: int) -> int:
+        """Bytes of checksums that cover `data_len` bytes of data."""
+        return -(-data_len // self.bytes_per_checksum) * self.size
+
+    def compute(self, data: bytes) -> bytes:
+        """The checksum bytes for `data` (used by tests and fake peers)."""
+        if self._func is None:
+            return b""
+        bpc = self.bytes_per_checksum
+        view = memoryview(data)
+        return b"".join(struct.pack(">I", self._func(view[i : i + bpc])) for i in range(0, len(data), bpc))
+
+    def verify(self, data: memoryview, sums: memoryview, block_offset: int, what: str) -> None:
+        """Check every chunk of `data`, which starts at `block_offset` in the block.
+
+        Raises ChecksumMismatch naming `what` (the block and DataNode) and the chunk's offset.
+        """
+        func = self._func
+        if func is None:
+            return
+        bpc = self.bytes_per_checksum
+        n = len(data)
+        count = -(-n // bpc)
+        if len(sums) != count * 4:
+            raise ProtocolError(f"{len(sums)} checksum bytes for {n} data bytes")
+        expected = struct.unpack(f">{count}I", sums)
+        for i in range(count):
+            start = i * bpc
+            if func(data[start : start + bpc]) != expected[i]:
+                raise ChecksumMismatch(
+                    f"{self.name} checksum mismatch in {what} at block offset {block_offset + start}"
+                )

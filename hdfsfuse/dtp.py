@@ -1,0 +1,270 @@
+"""DataTransferProtocol READ_BLOCK, sans I/O: request encoding and the response/packet parser.
+
+Owns the bytes of one exact-length block read. No sockets: `hdfsfuse.datanode` moves the bytes.
+
+Request (client -> DataNode xfer port):
+
+    +-------+------+-------------------------------------------+
+    | 00 1C | 0x51 | varint len + OpReadBlockProto             |
+    +-------+------+-------------------------------------------+
+     version 28, op READ_BLOCK; OpReadBlockProto = {1 header, 2 offset, 3 len, 4 sendChecksums,
+     5 cachingStrategy}; the header (block + token + client name) is encoded once per block.
+
+Response (DataNode -> client):
+
+    varint len + BlockOpResponseProto {status, readOpChecksumInfo {checksum, chunkOffset}}
+    then packets, each:
+    +-----------+-----------+-------------------+---------------------+-------------+
+    | u32 PLEN  | u16 HLEN  | PacketHeaderProto | checksums (BE32 x k)| data        |
+    +-----------+-----------+-------------------+---------------------+-------------+
+      PLEN = 4 + len(checksums) + len(data); the header is HLEN bytes, not varint-prefixed.
+    ... ending with an empty packet {dataLen 0, lastPacketInBlock true}.
+
+Then the client sends ClientReadStatusProto{CHECKSUM_OK} (02 08 06) and may reuse the socket.
+
+The DataNode widens the range to whole checksum chunks: up to bpc-1 bytes before `offset` and
+after `offset + length`. The parser verifies every chunk and trims those bytes away, writing the
+exact requested bytes into `output`.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from hdfsfuse.checksum import CHECKSUM_NULL, Checksum
+from hdfsfuse.errors import AuthenticationRequired, HdfsError
+from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
+from hdfsfuse.wire import NEED_DATA, NeedData, ProtocolError, _NeedDataType, encode_varint, read_delimited
+
+DATA_TRANSFER_VERSION = 28
+OP_READ_BLOCK = 81
+_OP_PREFIX = struct.pack(">hB", DATA_TRANSFER_VERSION, OP_READ_BLOCK)
+MAX_PACKET_SIZE = 16 * 1024 * 1024
+MAX_HEADER_LEN = 1024
+MAX_RESPONSE_LEN = 1024 * 1024
+
+STATUS_CHECKSUM_OK = b"\x02\x08\x06"  # delimited ClientReadStatusProto{status: CHECKSUM_OK}
+STATUS_SUCCESS = b"\x02\x08\x00"  # ... {status: SUCCESS}, when checksums were not verified
+
+_PKT_PREFIX = struct.Struct(">IH")
+# The usual 25-byte header: 09 offsetInBlock(8) 11 seqno(8) 18 last(1) 25 dataLen(4)
+_FIXED_HEADER = struct.Struct("<BqBqBBBi")
+
+Status = datatransfer_pb2.Status
+
+
+class InvalidBlockToken(HdfsError):
+    """ERROR_ACCESS_TOKEN: refetch the block's locations for a fresh token, then retry once."""
+
+
+class ReplicaError(HdfsError):
+    """The DataNode refused the read (status ERROR...): try another replica."""
+
+
+def encode_op_header(block: hdfs_pb2.ExtendedBlockProto, token: rpc_pb2.TokenProto, client_name: str) -> bytes:
+    """The serialized ClientOperationHeaderProto for a block: built once, reused per read."""
+    return datatransfer_pb2.ClientOperationHeaderProto(
+        baseHeader=datatransfer_pb2.BaseHeaderProto(block=block, token=token), clientName=client_name
+    ).SerializeToString()
+
+
+def encode_read_block(op_header: bytes, offset: int, length: int) -> bytes:
+    """OP_READ_BLOCK for `length` bytes at `offset` in the block, as one byte string."""
+    body = b"".join(
+        (
+            b"\x0a", encode_varint(len(op_header)), op_header,  # 1: header
+            b"\x10", encode_varint(offset),  # 2: offset
+            b"\x18", encode_varint(length),  # 3: len
+            b"\x20\x01",  # 4: sendChecksums = true
+            b"\x2a\x00",  # 5: cachingStrategy = {} (DataNode defaults)
+        )
+    )
+    return _OP_PREFIX + encode_varint(len(body)) + body
+
+
+@dataclass(frozen=True, slots=True)
+class ReadStarted:
+    checksum: Checksum
+    chunk_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PacketReceived:
+    data_len: int  # payload bytes in the packet, including chunk-alignment bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ReadFinished:
+    status_reply: bytes  # what to send back so the DataNode keeps the connection
+
+
+Event = ReadStarted | PacketReceived | ReadFinished
+
+
+def _parse_packet_header(raw: bytes | memoryview) -> tuple[int, int, bool, int]:
+    """(offsetInBlock, seqno, lastPacketInBlock, dataLen), fast path for the fixed layout."""
+    if len(raw) == 25:
+        t1, offset, t2, seqno, t3, last, t4, data_len = _FIXED_HEADER.unpack(raw)
+        if (t1, t2, t3, t4) == (0x09, 0x11, 0x18, 0x25) and last in (0, 1):
+            return offset, seqno, bool(last), data_len
+    header = datatransfer_pb2.PacketHeaderProto()
+    try:
+        header.ParseFromString(bytes(raw))
+    except DecodeError as e:
+        raise ProtocolError(f"bad packet header: {e}") from None
+    for field in ("offsetInBlock", "seqno", "lastPacketInBlock", "dataLen"):
+        if not header.HasField(field):
+            raise ProtocolError(f"packet header lacks {field}")
+    return header.offsetInBlock, header.seqno, header.lastPacketInBlock, header.dataLen
+
+
+class ReadBlockParser:
+    """Parses one READ_BLOCK response for `length` bytes at block offset `offset`.
+
+    `feed()` bytes, then call `next_event()` until NEED_DATA. The requested bytes land in
+    `output` (exactly `length` bytes). `what` names the block and DataNode in errors.
+    Bytes after the final packet are a protocol error: nothing may follow until our status.
+    """
+
+    def __init__(self, offset: int, length: int, what: str = "block") -> None:
+        if offset < 0 or length <= 0:
+            raise ValueError("a read needs offset >= 0 and length > 0")
+        self.offset = offset
+        self.length = length
+        self.what = what
+        self.output = bytearray(length)
+        self.checksum: Checksum | None = None
+        self.received = 0  # payload bytes received, alignment included
+        self._buf = bytearray()
+        self._state = "response"
+        self._seqno = 0
+        self._pos = 0  # block offset of the next expected packet byte
+        self._written = 0
+
+    @property
+    def done(self) -> bool:
+        return self._state == "done"
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> None:
+        if self._state == "done" and data:
+            raise ProtocolError(f"{self.what}: {len(data)} unexpected bytes after the final packet")
+        self._buf += data
+
+    def next_event(self) -> Event | _NeedDataType:
+        if self._state == "response":
+            return self._parse_response()
+        if self._state == "packets":
+            return self._parse_packet()
+        if self._buf:
+            raise ProtocolError(f"{self.what}: {len(self._buf)} unexpected bytes after the final packet")
+        return NEED_DATA
+
+    def _parse_response(self) -> Event | _NeedDataType:
+        try:
+            raw, end = read_delimited(self._buf, 0, MAX_RESPONSE_LEN)
+        except NeedData:
+            return NEED_DATA
+        del self._buf[:end]
+        resp = datatransfer_pb2.BlockOpResponseProto()
+        try:
+            resp.ParseFromString(raw)
+        except DecodeError as e:
+            raise ProtocolError(f"{self.what}: bad BlockOpResponseProto: {e}") from None
+        if not resp.HasField("status"):
+            raise ProtocolError(f"{self.what}: BlockOpResponseProto lacks a status")
+        if resp.status != Status.SUCCESS:
+            name = Status.Name(resp.status)
+            message = resp.message.strip().splitlines()[0] if resp.message.strip() else ""
+            if resp.status == Status.ERROR_ACCESS_TOKEN:
+                raise InvalidBlockToken(f"{self.what}: block access token refused: {message}")
+            raise ReplicaError(f"{self.what}: DataNode answered {name}: {message}")
+        info = resp.readOpChecksumInfo
+        if not resp.HasField("readOpChecksumInfo") or not info.HasField("checksum"):
+            raise ProtocolError(f"{self.what}: success response without checksum info")
+        checksum = Checksum(info.checksum.type, info.checksum.bytesPerChecksum)
+        chunk_offset = info.chunkOffset
+        if not (self.offset - checksum.bytes_per_checksum < chunk_offset <= self.offset):
+            raise ProtocolError(
+                f"{self.what}: chunkOffset {chunk_offset} does not align read offset {self.offset} "
+                f"to {checksum.bytes_per_checksum}-byte chunks"
+            )
+        self.checksum = checksum
+        self._pos = chunk_offset
+        self._state = "packets"
+        return ReadStarted(checksum, chunk_offset)
+
+    def _parse_packet(self) -> Event | _NeedDataType:
+        buf = self._buf
+        if len(buf) < 6:
+            return NEED_DATA
+        plen, hlen = _PKT_PREFIX.unpack_from(buf, 0)
+        if plen < 4 or hlen > MAX_HEADER_LEN or plen + hlen > MAX_PACKET_SIZE:
+            raise ProtocolError(f"{self.what}: bad packet lengths PLEN={plen} HLEN={hlen}")
+        total = 6 + hlen + plen - 4
+        if len(buf) < total:
+            return NEED_DATA
+        view = memoryview(buf)
+        try:
+            offset, seqno, last, data_len = _parse_packet_header(view[6 : 6 + hlen])
+            event = self._accept_packet(view, hlen, plen, offset, seqno, last, data_len)
+        finally:
+            view.release()
+        del buf[:total]
+        return event
+
+    def _accept_packet(
+        self, view: memoryview, hlen: int, plen: int, offset: int, seqno: int, last: bool, data_len: int
+    ) -> Event:
+        assert self.checksum is not None
+        if seqno != self._seqno:
+            raise ProtocolError(f"{self.what}: packet seqno {seqno}, expected {self._seqno}")
+        self._seqno += 1
+        if data_len < 0 or data_len > plen - 4:
+            raise ProtocolError(f"{self.what}: bad dataLen {data_len} for PLEN {plen}")
+        if offset != self._pos:
+            raise ProtocolError(f"{self.what}: packet at block offset {offset}, expected {self._pos}")
+        sums_len = plen - 4 - data_len
+        if sums_len != self.checksum.checksums_len(data_len):
+            raise ProtocolError(f"{self.what}: {sums_len} checksum bytes for {data_len} data bytes")
+        end = self.offset + self.length
+        if data_len == 0:
+            if not last:
+                raise ProtocolError(f"{self.what}: empty packet not marked last")
+            if self._pos < end or self._written != self.length:
+                raise ProtocolError(f"{self.what}: read ended at block offset {self._pos}, before {end}")
+            self._state = "done"
+            ok = self.checksum.kind != CHECKSUM_NULL
+            return ReadFinished(STATUS_CHECKSUM_OK if ok else STATUS_SUCCESS)
+        if last:
+            raise ProtocolError(f"{self.what}: data packet marked last")
+        if self._pos >= end:
+            raise ProtocolError(f"{self.what}: data past the requested range at block offset {self._pos}")
+        sums_start = 6 + hlen
+        data_start = sums_start + sums_len
+        data = view[data_start : data_start + data_len]
+        self.checksum.verify(data, view[sums_start:data_start], offset, self.what)
+        # Trim the chunk-alignment bytes before `self.offset` and after `end`.
+        lo = max(self.offset, offset)
+        hi = min(end, offset + data_len)
+        if hi > lo:
+            self.output[lo - self.offset : hi - self.offset] = data[lo - offset : hi - offset]
+            self._written += hi - lo
+        self._pos = offset + data_len
+        self.received += data_len
+        return PacketReceived(data_len)
+
+
+def sasl_suspected(what: str) -> AuthenticationRequired:
+    """The error for a DataNode that closed the connection right after our op, sending nothing."""
+    return AuthenticationRequired(
+        f"{what} closed the connection right after the READ_BLOCK request without answering; it "
+        "probably requires SASL data-transfer protection (dfs.data.transfer.protection or "
+        "dfs.encrypt.data.transfer), which hdfsfuse does not support"
+    )

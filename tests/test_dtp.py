@@ -1,0 +1,226 @@
+"""DataTransferProtocol READ_BLOCK, sans I/O: request bytes, checksums, the packet parser."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hdfsfuse import dtp, errors
+from hdfsfuse.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum, crc32, crc32c
+from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
+from hdfsfuse.wire import NEED_DATA, ProtocolError, read_delimited
+from tests.dtp_fakes import block_op_response, packet, read_response
+
+BLOCK = random.Random(7).randbytes(300_000)
+
+
+def run(parser: dtp.ReadBlockParser, data: bytes, step: int | None = None) -> list[object]:
+    events: list[object] = []
+    chunks = [data] if step is None else [data[i : i + step] for i in range(0, len(data), step)]
+    for chunk in chunks:
+        parser.feed(chunk)
+        while (ev := parser.next_event()) is not NEED_DATA:
+            events.append(ev)
+    return events
+
+
+def test_crc_check_values() -> None:
+    assert crc32c(b"123456789") == 0xE3069283
+    assert crc32(b"123456789") == 0xCBF43926
+
+
+def test_read_block_request_matches_protobuf_encoding() -> None:
+    block = hdfs_pb2.ExtendedBlockProto(poolId="BP-1", blockId=1073741825, generationStamp=1001, numBytes=1 << 20)
+    token = rpc_pb2.TokenProto(identifier=b"id", password=b"pw", kind="HDFS_BLOCK_TOKEN", service="")
+    header = dtp.encode_op_header(block, token, "hdfsfuse-test")
+    for offset, length in [(0, 1), (4096, 4096), (1 << 19, (1 << 20) - 5), (2**40, 2**33)]:
+        wire = dtp.encode_read_block(header, offset, length)
+        assert wire[:3] == b"\x00\x1c\x51"
+        body, end = read_delimited(wire, 3, 1 << 20)
+        assert end == len(wire)
+        expected = datatransfer_pb2.OpReadBlockProto(
+            header=datatransfer_pb2.ClientOperationHeaderProto(
+                baseHeader=datatransfer_pb2.BaseHeaderProto(block=block, token=token), clientName="hdfsfuse-test"
+            ),
+            offset=offset, len=length, sendChecksums=True, cachingStrategy=datatransfer_pb2.CachingStrategyProto(),
+        )
+        assert body == expected.SerializeToString()
+        parsed = datatransfer_pb2.OpReadBlockProto.FromString(body)
+        assert parsed.header.baseHeader.token.password == b"pw" and parsed.len == length
+
+
+def test_status_bytes() -> None:
+    for status, wire in [(datatransfer_pb2.CHECKSUM_OK, dtp.STATUS_CHECKSUM_OK),
+                         (datatransfer_pb2.SUCCESS, dtp.STATUS_SUCCESS)]:
+        body = datatransfer_pb2.ClientReadStatusProto(status=status).SerializeToString()
+        assert wire == bytes([len(body)]) + body
+
+
+@pytest.mark.parametrize("step", [None, 1, 7, 4096])
+@pytest.mark.parametrize(("offset", "length"), [(0, 4096), (1000, 1), (511, 2), (5000, 70_000), (299_999, 1)])
+def test_parse_whole_and_byte_by_byte(offset: int, length: int, step: int | None) -> None:
+    wire = read_response(BLOCK, offset, length)
+    parser = dtp.ReadBlockParser(offset, length, "blk_1")
+    events = run(parser, wire, step)
+    assert isinstance(events[0], dtp.ReadStarted)
+    assert isinstance(events[-1], dtp.ReadFinished) and events[-1].status_reply == dtp.STATUS_CHECKSUM_OK
+    assert parser.done and bytes(parser.output) == BLOCK[offset : offset + length]
+    aligned_start = offset - offset % 512
+    aligned_end = min(len(BLOCK), -(-(offset + length) // 512) * 512)
+    assert parser.received == aligned_end - aligned_start
+
+
+def test_proto_encoded_packet_headers_parse_too() -> None:
+    wire = read_response(BLOCK, 100, 20_000, proto_header=True)
+    parser = dtp.ReadBlockParser(100, 20_000)
+    run(parser, wire, 13)
+    assert bytes(parser.output) == BLOCK[100:20_100]
+
+
+@pytest.mark.parametrize(("kind", "bpc"), [(CHECKSUM_CRC32, 512), (CHECKSUM_CRC32C, 1024), (CHECKSUM_NULL, 512),
+                                           (CHECKSUM_CRC32C, 1), (CHECKSUM_CRC32, 777)])
+def test_checksum_kinds_and_chunk_sizes(kind: int, bpc: int) -> None:
+    offset, length = 1234, 5000
+    parser = dtp.ReadBlockParser(offset, length)
+    events = run(parser, read_response(BLOCK, offset, length, kind=kind, bpc=bpc, packet_size=2048))
+    assert bytes(parser.output) == BLOCK[offset : offset + length]
+    expected = dtp.STATUS_SUCCESS if kind == CHECKSUM_NULL else dtp.STATUS_CHECKSUM_OK
+    assert events[-1] == dtp.ReadFinished(expected)
+
+
+def test_short_last_chunk() -> None:
+    block = BLOCK[:1000]  # the block's last chunk is 488 bytes
+    parser = dtp.ReadBlockParser(900, 100)
+    run(parser, read_response(block, 900, 100))
+    assert bytes(parser.output) == block[900:1000]
+
+
+def test_trailing_bytes_after_final_packet_are_an_error() -> None:
+    wire = read_response(BLOCK, 0, 100) + b"\x00"
+    with pytest.raises(ProtocolError, match="unexpected bytes"):
+        run(dtp.ReadBlockParser(0, 100), wire)
+
+
+def test_checksum_mismatch_names_block_and_offset() -> None:
+    wire = bytearray(read_response(BLOCK, 0, 4096))
+    wire[-100] ^= 0xFF  # a byte of the last data chunk (block offset 3584..4095)
+    with pytest.raises(errors.ChecksumMismatch, match=r"blk_9 on DataNode 1\.2\.3\.4:5 at block offset 3584"):
+        run(dtp.ReadBlockParser(0, 4096, "blk_9 on DataNode 1.2.3.4:5"), bytes(wire))
+
+
+def test_bad_seqno() -> None:
+    c = Checksum(CHECKSUM_CRC32C, 512)
+    wire = block_op_response() + packet(0, 1, BLOCK[:512], c)
+    with pytest.raises(ProtocolError, match="seqno"):
+        run(dtp.ReadBlockParser(0, 512), wire)
+
+
+def test_wrong_packet_offset() -> None:
+    c = Checksum(CHECKSUM_CRC32C, 512)
+    wire = block_op_response() + packet(512, 0, BLOCK[512:1024], c)
+    with pytest.raises(ProtocolError, match="expected 0"):
+        run(dtp.ReadBlockParser(0, 512), wire)
+
+
+def test_oversized_plen_refused_before_buffering() -> None:
+    parser = dtp.ReadBlockParser(0, 512)
+    parser.feed(block_op_response() + b"\x01\x00\x00\x00\x00\x19")  # PLEN = 16 MiB
+    parser.next_event()
+    with pytest.raises(ProtocolError, match="bad packet lengths"):
+        parser.next_event()
+
+
+def test_truncated_header_needs_data() -> None:
+    c = Checksum(CHECKSUM_CRC32C, 512)
+    wire = block_op_response() + packet(0, 0, BLOCK[:512], c)[:20]
+    parser = dtp.ReadBlockParser(0, 512)
+    assert isinstance(run(parser, wire)[0], dtp.ReadStarted)
+    assert parser.next_event() is NEED_DATA and not parser.done
+
+
+def test_missing_final_packet_is_not_done_and_early_end_is_an_error() -> None:
+    c = Checksum(CHECKSUM_CRC32C, 512)
+    parser = dtp.ReadBlockParser(0, 1024)
+    run(parser, block_op_response() + packet(0, 0, BLOCK[:512], c))
+    assert not parser.done
+    with pytest.raises(ProtocolError, match="before 1024"):
+        run(parser, packet(512, 1, b"", c, last=True))
+
+
+def test_data_packet_marked_last_and_empty_packet_not_last() -> None:
+    c = Checksum(CHECKSUM_CRC32C, 512)
+    with pytest.raises(ProtocolError, match="marked last"):
+        run(dtp.ReadBlockParser(0, 512), block_op_response() + packet(0, 0, BLOCK[:512], c, last=True))
+    with pytest.raises(ProtocolError, match="not marked last"):
+        run(dtp.ReadBlockParser(0, 512), block_op_response() + packet(0, 0, b"", c))
+
+
+def test_checksum_length_must_match_data() -> None:
+    c = Checksum(CHECKSUM_CRC32C, 512)
+    with pytest.raises(ProtocolError, match="checksum bytes"):
+        run(dtp.ReadBlockParser(0, 512), block_op_response() + packet(0, 0, BLOCK[:512], c, sums=b"\x00" * 8))
+
+
+@pytest.mark.parametrize(("offset", "chunk_offset"), [(0, 1), (0, 512), (1124, 512), (1124, 1536)])
+def test_chunk_offset_validation(offset: int, chunk_offset: int) -> None:
+    with pytest.raises(ProtocolError, match="chunkOffset"):
+        run(dtp.ReadBlockParser(offset, 10), block_op_response(chunk_offset=chunk_offset))
+
+
+def test_error_statuses() -> None:
+    with pytest.raises(dtp.InvalidBlockToken, match="token"):
+        run(dtp.ReadBlockParser(0, 1), block_op_response(datatransfer_pb2.ERROR_ACCESS_TOKEN, message="expired"))
+    with pytest.raises(dtp.ReplicaError, match=r"ERROR: opReadBlock .* received exception"):
+        run(dtp.ReadBlockParser(0, 1), block_op_response(
+            datatransfer_pb2.ERROR, message="opReadBlock BP-1:blk_1 received exception ReplicaNotFound\n\tat"))
+
+
+def test_response_without_checksum_info() -> None:
+    raw = datatransfer_pb2.BlockOpResponseProto(status=0).SerializeToString()
+    with pytest.raises(ProtocolError, match="checksum info"):
+        run(dtp.ReadBlockParser(0, 1), bytes([len(raw)]) + raw)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 299_999), st.integers(1, 40_000), st.sampled_from([1, 64, 512, 1000]),
+       st.sampled_from([CHECKSUM_CRC32C, CHECKSUM_CRC32, CHECKSUM_NULL]), st.integers(1, 70_000),
+       st.integers(1, 5000))
+def test_property_any_range_any_layout(offset: int, length: int, bpc: int, kind: int, psize: int, step: int) -> None:
+    length = min(length, len(BLOCK) - offset)
+    wire = read_response(BLOCK, offset, length, kind=kind, bpc=bpc, packet_size=psize)
+    parser = dtp.ReadBlockParser(offset, length)
+    run(parser, wire, step)
+    assert parser.done and bytes(parser.output) == BLOCK[offset : offset + length]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=300))
+def test_fuzz_arbitrary_bytes(data: bytes) -> None:
+    parser = dtp.ReadBlockParser(0, 100)
+    try:
+        run(parser, data)
+    except (ProtocolError, errors.HdfsError):
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 3000), st.binary(min_size=1, max_size=8), st.integers(0, 2))
+def test_fuzz_mutated_valid_stream(position: int, garbage: bytes, mode: int) -> None:
+    wire = bytearray(read_response(BLOCK, 100, 2000, packet_size=1024))
+    position %= len(wire)
+    if mode == 0:
+        wire[position : position + len(garbage)] = garbage
+    elif mode == 1:
+        del wire[position:]
+    else:
+        wire[position:position] = garbage
+    parser = dtp.ReadBlockParser(100, 2000)
+    try:
+        run(parser, bytes(wire))
+    except (ProtocolError, errors.HdfsError):
+        return
+    if parser.done:  # a mutation that survived every check must not change the bytes
+        assert bytes(parser.output) == BLOCK[100:2100]
