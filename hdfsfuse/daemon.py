@@ -1,0 +1,155 @@
+"""Running the mount: pre-flight checks, pyfuse3 session, kernel tuning, signals, unmount.
+
+Does I/O. Flow of `run_mount`:
+
+    check the mountpoint -> connect to the NameNode and stat the mount root (bounded)
+    -> pyfuse3.init (the mount exists) -> tune the kernel (root only) -> report ready
+    -> serve until SIGTERM/SIGINT/SIGHUP or an external unmount -> unmount cleanly
+
+`ready` is called once the mount exists; the CLI uses it to release the waiting parent of a
+background mount, and to notify systemd.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pyfuse3
+import trio
+
+from hdfsfuse.client import ClientOptions, HdfsClient
+from hdfsfuse.config import NameNodeTarget
+from hdfsfuse.datanode import Timeouts
+from hdfsfuse.errors import ConfigError
+from hdfsfuse.fs import HdfsOperations
+from hdfsfuse.options import MountOptions
+from hdfsfuse.stats import Stats
+
+log = logging.getLogger(__name__)
+
+
+def mount_entry(mountpoint: str) -> tuple[str, str] | None:
+    """(major:minor, fstype) of the mount at `mountpoint` from /proc/self/mountinfo, if mounted.
+
+    `mountpoint` must already be a resolved absolute path: resolving it here would stat our own
+    mount, which blocks until the session serves requests.
+    """
+    target = mountpoint.rstrip("/") or "/"
+    found = None
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 10:
+            continue
+        mnt = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        if mnt == target:
+            sep = fields.index("-")
+            found = (fields[2], fields[sep + 1])
+    return found
+
+
+def check_mountpoint(mountpoint: str) -> None:
+    p = Path(mountpoint)
+    if not p.exists():
+        raise ConfigError(f"mountpoint {mountpoint} does not exist")
+    if not p.is_dir():
+        raise ConfigError(f"mountpoint {mountpoint} is not a directory")
+    if mount_entry(os.path.realpath(mountpoint)) is not None:
+        raise ConfigError(f"mountpoint {mountpoint} is already mounted (umount it first)")
+
+
+def tune_kernel(mountpoint: str, options: MountOptions) -> None:
+    """As root: set the mount's readahead (bdi) and the connection's max_background."""
+    if os.geteuid() != 0:
+        return
+    entry = mount_entry(mountpoint)
+    if entry is None:
+        return
+    dev = entry[0]
+    _write_sysfs(f"/sys/class/bdi/{dev}/read_ahead_kb", options.read_ahead_kb)
+    conn = Path("/sys/fs/fuse/connections") / dev.split(":")[1]
+    if not conn.exists() and Path("/sys/fs/fuse/connections").is_dir():
+        # fusectl is normally mounted by systemd; mount it if it is not.
+        subprocess.run(["mount", "-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"], capture_output=True)
+    if conn.exists():
+        _write_sysfs(str(conn / "max_background"), options.max_background)
+        _write_sysfs(str(conn / "congestion_threshold"), max(1, options.max_background * 3 // 4))
+
+
+def _write_sysfs(path: str, value: int) -> None:
+    try:
+        Path(path).write_text(f"{value}\n")
+    except OSError as e:
+        log.warning("could not set %s to %d: %s", path, value, e)
+
+
+def notify_systemd(message: str) -> None:
+    """Send an sd_notify datagram if $NOTIFY_SOCKET is set (no dependency needed)."""
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return
+    if addr.startswith("@"):
+        addr = "\0" + addr[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        try:
+            s.sendto(message.encode(), addr)
+        except OSError as e:
+            log.warning("could not notify systemd: %s", e)
+
+
+def client_options(options: MountOptions) -> ClientOptions:
+    return ClientOptions(
+        user=options.user,
+        timeouts=Timeouts(connect=options.connect_timeout, read=options.read_timeout, total=options.total_timeout),
+        namenode_total_timeout=options.namenode_timeout,
+        namenode_call_timeout=min(20.0, options.namenode_timeout),
+        namenode_connect_timeout=options.connect_timeout,
+    )
+
+
+async def run_mount(
+    source: str, target: NameNodeTarget, mountpoint: str, options: MountOptions,
+    ready: Callable[[], None], debug: bool = False, preflight_timeout: float = 10.0,
+) -> None:
+    """Mount, serve until told to stop, unmount. Raises before mounting if anything is wrong."""
+    stats = Stats()
+    async with HdfsClient.open_target(target, options=client_options(options), stats=stats) as client:
+        async with trio.open_nursery() as nursery:
+            ops = HdfsOperations(client, target.path, options, mountpoint, nursery)
+            # Before mounting, fail fast: an unreachable NameNode is reported within the bound.
+            client.namenode.total_timeout = min(options.namenode_timeout, preflight_timeout)
+            with trio.fail_after(preflight_timeout + 5):
+                await ops.init_root()
+            client.namenode.total_timeout = options.namenode_timeout
+            fuse_opts = options.fuse_options(source)
+            if debug:
+                fuse_opts.add("debug")
+            pyfuse3.init(ops, mountpoint, fuse_opts)
+            try:
+                tune_kernel(mountpoint, options)
+                nursery.start_soon(_stop_on_signals)
+                log.info("mounted %s at %s", source, mountpoint)
+                ready()
+                await pyfuse3.main(min_tasks=4, max_tasks=256)
+            finally:
+                pyfuse3.close(unmount=True)
+                log.info("unmounted %s", mountpoint)
+                nursery.cancel_scope.cancel()
+
+
+async def _stop_on_signals() -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            log.info("received %s; unmounting", signal.Signals(signum).name)
+            pyfuse3.terminate()
+            return

@@ -1,0 +1,203 @@
+"""Mount options: parse `-o a,b=c,...` into a validated `MountOptions`. Pure code, no I/O.
+
+Options that only mount(8) understands (`_netdev`, `nofail`, `defaults`, `auto`, `x-*`, ...)
+are dropped here so libfuse never sees them; an unknown option is a clear error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+
+from hdfsfuse.errors import ConfigError
+
+KiB = 1024
+MiB = 1024 * KiB
+
+# mount(8)/mount.fuse3 options that mean nothing to us: dropped silently.
+_DROPPED = {
+    "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "_netdev", "nofail", "rw",
+    "dev", "nodev", "suid", "nosuid", "relatime", "norelatime", "strictatime", "lazytime", "async", "sync",
+    "dirsync", "loud", "silent",
+}
+_DROPPED_PREFIXES = ("x-", "comment=", "context=", "fscontext=", "defcontext=", "rootcontext=", "helper=")
+# Passed to libfuse as given.
+_PASSTHROUGH = {"exec", "noexec", "atime", "noatime"}
+
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+@dataclasses.dataclass
+class MountOptions:
+    """Every option hdfsfuse accepts after -o, with its default."""
+
+    allow_other: bool = False
+    default_permissions: bool = False
+    uid: int | None = None  # owner for HDFS users with no local account (default: the mounting user)
+    gid: int | None = None
+    user: str | None = None  # the HDFS user name (default: $HADOOP_USER_NAME, else the login name)
+    hadoop_conf: str | None = None
+    entry_timeout: float = 5.0
+    attr_timeout: float = 5.0
+    negative_timeout: float = 2.0
+    direct_io: bool = False
+    readahead_max: int = 4 * MiB  # per open file
+    readahead_total: int = 64 * MiB  # all open files together
+    read_ahead_kb: int = 1024  # the kernel's readahead for this mount (bdi), set when root
+    max_background: int = 64  # the kernel's async request limit for this connection, set when root
+    connect_timeout: float = 5.0
+    read_timeout: float = 10.0
+    total_timeout: float = 30.0  # one block read across all replicas
+    namenode_timeout: float = 30.0  # one NameNode call across retries and failover
+    request_timeout: float = 60.0  # any FUSE request answers within this bound
+    listing_page_cap: int | None = None
+    log_level: str = "info"
+    log_file: str | None = None
+    metrics_port: int | None = None
+    fsname: str | None = None
+    passthrough: list[str] = dataclasses.field(default_factory=list)
+
+    def fuse_options(self, source: str) -> set[str]:
+        """The option set handed to pyfuse3.init / libfuse."""
+        opts = {"ro", "nosuid", "nodev", f"fsname={self.fsname or source}", "subtype=hdfsfuse"}
+        if self.allow_other:
+            opts |= {"allow_other", "default_permissions"}
+        elif self.default_permissions:
+            opts.add("default_permissions")
+        opts |= set(self.passthrough)
+        return opts
+
+
+def _size(value: str, name: str) -> int:
+    m = re.fullmatch(r"(\d+)\s*([kKmMgG]?)i?[bB]?", value.strip())
+    if not m:
+        raise ConfigError(f"option {name}: {value!r} is not a size (e.g. 4M, 512k, 1048576)")
+    mult = {"": 1, "k": KiB, "m": MiB, "g": 1024 * MiB}[m.group(2).lower()]
+    return int(m.group(1)) * mult
+
+
+def _seconds(value: str, name: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise ConfigError(f"option {name}: {value!r} is not a number of seconds") from None
+    if not 0 <= v <= 86400 or v != v:
+        raise ConfigError(f"option {name}: {value!r} must be between 0 and 86400 seconds")
+    return v
+
+
+def _positive_seconds(value: str, name: str) -> float:
+    v = _seconds(value, name)
+    if v <= 0:
+        raise ConfigError(f"option {name}: must be more than 0 seconds")
+    return v
+
+
+def _id(value: str, name: str) -> int:
+    if not value.isdigit() or int(value) >= 2**32 - 1:
+        raise ConfigError(f"option {name}: {value!r} is not a numeric id")
+    return int(value)
+
+
+def _int(value: str, name: str, lo: int, hi: int) -> int:
+    if not value.isdigit() or not lo <= int(value) <= hi:
+        raise ConfigError(f"option {name}: {value!r} must be an integer from {lo} to {hi}")
+    return int(value)
+
+
+_FLAGS = {"allow_other", "default_permissions", "direct_io"}
+_SECONDS = {"entry_timeout", "attr_timeout", "negative_timeout"}
+_POSITIVE_SECONDS = {"connect_timeout", "read_timeout", "total_timeout", "namenode_timeout", "request_timeout"}
+
+HELP = """\
+Mount options (-o a,b=c):
+  ro                     always on; hdfsfuse is read-only
+  allow_other            let every local user in; turns on default_permissions (HDFS mode bits)
+  default_permissions    let the kernel check HDFS mode bits
+  uid=N,gid=N            owner for HDFS users and groups with no local account (default: yours)
+  user=NAME              HDFS user name (default: $HADOOP_USER_NAME, else your login name)
+  hadoop_conf=DIR        directory with core-site.xml and hdfs-site.xml (default: $HADOOP_CONF_DIR)
+  entry_timeout=S        kernel name cache, seconds (default 5)
+  attr_timeout=S         kernel attribute cache, seconds (default 5)
+  negative_timeout=S     cache of missing names, seconds (default 2)
+  direct_io              bypass the page cache: every read reaches HDFS exactly as asked
+  readahead_max=SIZE     per-file readahead cap for sequential reads (default 4M; 0 turns it off)
+  readahead_total=SIZE   memory cap for all readahead buffers (default 64M)
+  read_ahead_kb=N        kernel readahead for the mount, set when root (default 1024)
+  max_background=N       kernel async request limit for the mount, set when root (default 64)
+  connect_timeout=S      DataNode connect timeout (default 5)
+  read_timeout=S         DataNode read timeout, per wait (default 10)
+  total_timeout=S        bound for reading one block across all replicas (default 30)
+  namenode_timeout=S     bound for one NameNode call across retries and failover (default 30)
+  request_timeout=S      every FUSE request answers within this bound (default 60)
+  listing_page_cap=N     stop listing a directory after N pages of 1000 entries (default: no cap)
+  log_level=LEVEL        debug, info, warning or error (default info)
+  log_file=PATH          log here when running in the background (default: syslog)
+  metrics_port=N         serve live stats as Prometheus text on 127.0.0.1:N
+  fsname=NAME            name shown in /proc/mounts (default: the source URI)
+  exec, noexec, atime, noatime   passed to the kernel
+  mount(8)-only options (defaults, auto, noauto, user, _netdev, nofail, x-*, ...) are ignored.
+"""
+
+
+def parse_options(option_strings: list[str]) -> MountOptions:
+    """Parse the arguments of every -o (each a comma-separated list)."""
+    opts = MountOptions()
+    for group in option_strings:
+        for raw in group.split(","):
+            item = raw.strip()
+            if not item:
+                continue
+            _apply(opts, item)
+    if opts.readahead_max > opts.readahead_total:
+        raise ConfigError("option readahead_max must not exceed readahead_total")
+    return opts
+
+
+def _apply(opts: MountOptions, item: str) -> None:
+    name, has_value, value = item.partition("=")
+    if item == "ro":
+        return
+    if item in _DROPPED or item.startswith(_DROPPED_PREFIXES):
+        return
+    if item in _PASSTHROUGH:
+        opts.passthrough.append(item)
+        return
+    if name in _FLAGS and not has_value:
+        setattr(opts, name, True)
+        return
+    if not has_value:
+        raise ConfigError(f"unknown mount option {item!r} (see hdfsfuse --help)")
+    if name in _SECONDS:
+        setattr(opts, name, _seconds(value, name))
+    elif name in _POSITIVE_SECONDS:
+        setattr(opts, name, _positive_seconds(value, name))
+    elif name in ("uid", "gid"):
+        setattr(opts, name, _id(value, name))
+    elif name == "user":
+        if not re.fullmatch(r"[A-Za-z0-9_.@$-][A-Za-z0-9_.@$/-]*", value):
+            raise ConfigError(f"option user: {value!r} is not a valid user name")
+        opts.user = value
+    elif name == "hadoop_conf":
+        opts.hadoop_conf = value
+    elif name in ("readahead_max", "readahead_total"):
+        setattr(opts, name, _size(value, name))
+    elif name == "read_ahead_kb":
+        opts.read_ahead_kb = _int(value, name, 0, 1 << 20)
+    elif name == "max_background":
+        opts.max_background = _int(value, name, 1, 65535)
+    elif name == "listing_page_cap":
+        opts.listing_page_cap = _int(value, name, 1, 1 << 30)
+    elif name == "log_level":
+        if value.lower() not in LOG_LEVELS:
+            raise ConfigError(f"option log_level: {value!r} must be one of {', '.join(LOG_LEVELS)}")
+        opts.log_level = value.lower()
+    elif name == "log_file":
+        opts.log_file = value
+    elif name == "metrics_port":
+        opts.metrics_port = _int(value, name, 1, 65535)
+    elif name == "fsname":
+        opts.fsname = value
+    else:
+        raise ConfigError(f"unknown mount option {item!r} (see hdfsfuse --help)")
