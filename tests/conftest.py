@@ -63,3 +63,30 @@ def perm_cluster() -> Iterator[MiniDfs]:
     """A shared cluster with HDFS permissions on (the launcher's user is the superuser)."""
     with MiniDfs(ClusterOptions(permissions=True, datanodes=1)) as c:
         yield c
+
+
+@pytest.fixture
+def mount() -> Iterator[Callable[..., object]]:
+    """A factory for hdfsfuse mounts; every mount is removed after the test."""
+    from tests.mounting import Mount
+
+    made: list[Mount] = []
+
+    def make(cluster: MiniDfs, *options: str, **kw: object) -> Mount:
+        m = Mount(cluster, *options, **kw)  # type: ignore[arg-type]
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        m.unmount()
+
+
+@pytest.fixture(scope="session")
+def shared_mount(cluster: MiniDfs) -> Iterator[object]:
+    """The shared cluster mounted once, default options, page-cache mode."""
+    from tests.mounting import Mount
+
+    m = Mount(cluster)
+    yield m
+    m.unmount()
