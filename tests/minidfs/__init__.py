@@ -317,6 +317,11 @@ class MiniDfs:
                 raise MiniDfsError(f"DataNodes accounted {totals} within {timeout}s, wanted {read_ops} more ops")
             time.sleep(0.02)
 
+    def nn_metrics(self) -> dict[str, int]:
+        """The NameNode's counters of client operations (FileInfoOps, GetListingOps, ...)."""
+        reply = self.command("nn_metrics")
+        return {k: int(v) for k, v in reply.items() if k != "ok"}
+
     def restart_namenode(self, index: int | None = None) -> None:
         self.command("restart_namenode", **({"index": index} if index is not None else {}))
 
@@ -348,10 +353,11 @@ _wire_ids = itertools.count()
 
 
 class WireCounter:
-    """An nftables counter on `tcp sport {xfer ports}` in the output hook (loopback included).
+    """nftables counters on the DataNodes' xfer ports, in the output hook (loopback included).
 
-    Counts whole IP packets: IP and TCP headers, DTP headers, checksums and data.
-    `bytes` and `packets` read the live counter; `freeze()` keeps the final values.
+    `bytes`/`packets`: whole IP packets the DataNodes sent (`tcp sport {xfer ports}`): IP and
+    TCP headers, DTP headers, checksums and data. `connects`: SYNs sent to those ports (new TCP
+    connections). Values are live until `close()`, which freezes them.
     """
 
     def __init__(self, ports: list[int]) -> None:
@@ -361,24 +367,27 @@ class WireCounter:
             f"add table inet {self.table}\n"
             f"add chain inet {self.table} out {{ type filter hook output priority 0; policy accept; }}\n"
             f"add rule inet {self.table} out tcp sport {{ {port_set} }} counter\n"
+            f"add rule inet {self.table} out tcp dport {{ {port_set} }} tcp flags & (syn | ack) == syn counter\n"
         )
         subprocess.run(["nft", "-f", "-"], input=script.encode(), check=True, capture_output=True)
-        self._frozen: tuple[int, int] | None = None
+        self._frozen: tuple[int, int, int] | None = None
 
-    def read(self) -> tuple[int, int]:
+    def read(self) -> tuple[int, int, int]:
+        """(bytes sent by DataNodes, packets sent by DataNodes, connections opened to them)."""
         if self._frozen is not None:
             return self._frozen
         out = subprocess.run(
             ["nft", "-j", "list", "chain", "inet", self.table, "out"],
             check=True, capture_output=True,
         ).stdout
-        for item in json.loads(out)["nftables"]:
-            rule = item.get("rule")
-            if rule:
-                for expr in rule["expr"]:
-                    if "counter" in expr:
-                        return int(expr["counter"]["bytes"]), int(expr["counter"]["packets"])
-        raise MiniDfsError("nftables counter rule not found")
+        counters = [
+            expr["counter"]
+            for item in json.loads(out)["nftables"] if "rule" in item
+            for expr in item["rule"]["expr"] if "counter" in expr
+        ]
+        if len(counters) != 2:
+            raise MiniDfsError("nftables counter rules not found")
+        return int(counters[0]["bytes"]), int(counters[0]["packets"]), int(counters[1]["packets"])
 
     @property
     def bytes(self) -> int:
@@ -387,6 +396,10 @@ class WireCounter:
     @property
     def packets(self) -> int:
         return self.read()[1]
+
+    @property
+    def connects(self) -> int:
+        return self.read()[2]
 
     def close(self) -> None:
         if self._frozen is None:

@@ -355,6 +355,7 @@ public final class Main {
       case "corrupt_replica": corruptReplica(cmd, r); break;
       case "corrupt_replicas": corruptReplicas(text(cmd, "path"), r); break;
       case "metrics": metrics(r); break;
+      case "nn_metrics": nnMetrics(r); break;
       case "restart_namenode": {
         int nn = cmd.has("index") ? cmd.get("index").asInt() : activeNameNode();
         cluster.restartNameNode(nn, true);
@@ -571,6 +572,14 @@ public final class Main {
       d.put("BytesRead", MetricsAsserts.getLongCounter("BytesRead", rb));
       d.put("ReadBlockOpNumOps", MetricsAsserts.getLongCounter("ReadBlockOpNumOps", rb));
       d.put("BlocksRead", MetricsAsserts.getLongCounter("BlocksRead", rb));
+    }
+  }
+
+  /** The NameNode's own counts of the client operations hdfsfuse issues. */
+  private void nnMetrics(ObjectNode r) {
+    MetricsRecordBuilder rb = MetricsAsserts.getMetrics("NameNodeActivity");
+    for (String name : new String[] {"FileInfoOps", "GetListingOps", "GetBlockLocations", "GetLinkTargetOps"}) {
+      r.put(name, MetricsAsserts.getLongCounter(name, rb));
     }
   }
 
