@@ -245,8 +245,12 @@ class HdfsClient:
         return result
 
     def _replica_order(self, locs: list[hdfs_pb2.DatanodeInfoProto]) -> list[hdfs_pb2.DatanodeInfoProto]:
+        """The NameNode's order, with DataNodes that failed recently moved to the end."""
+        if not self._dead_until:
+            return locs
         now = trio.current_time()
-        return sorted(locs, key=lambda loc: self._dead_until.get(_xfer_address(loc), 0.0) > now)
+        self._dead_until = {a: t for a, t in self._dead_until.items() if t > now}
+        return sorted(locs, key=lambda loc: _xfer_address(loc) in self._dead_until)
 
     async def _read_piece(self, file: HdfsFile, piece: Piece) -> bytearray:
         timeouts = self.options.timeouts

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import socket
 
 import trio
 
@@ -38,58 +39,90 @@ class DataNodeTimeout(RpcTimeout):
     """A DataNode did not connect or send within its timeout."""
 
 
+class DnConnection:
+    """One DataNode socket, driven without trio's stream layer on the hot path.
+
+    The socket is non-blocking: a send or receive is tried first and only waits (a trio
+    checkpoint) when the kernel has nothing ready. A read always waits for the DataNode at
+    least once, so the task still yields to others on every operation.
+    """
+
+    __slots__ = ("address", "sock", "waited")
+
+    def __init__(self, sock: socket.socket, address: str) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.address = address
+        self.waited = False
+
+    async def send_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                n = self.sock.send(view)
+            except BlockingIOError:
+                self.waited = True
+                await trio.lowlevel.wait_writable(self.sock)
+                continue
+            view = view[n:]
+
+    async def receive(self, max_bytes: int) -> bytes:
+        while True:
+            try:
+                return self.sock.recv(max_bytes)
+            except BlockingIOError:
+                self.waited = True
+                await trio.lowlevel.wait_readable(self.sock)
+
+    def close(self) -> None:
+        trio.lowlevel.notify_closing(self.sock)
+        self.sock.close()
+
+
 class ConnectionPool:
     """Idle DataNode connections keyed by "host:port"; expire before the DataNode's keepalive."""
 
     def __init__(self, *, idle_seconds: float = 3.0, capacity: int = 64) -> None:
         self.idle_seconds = idle_seconds
         self.capacity = capacity
-        self._idle: dict[str, collections.deque[tuple[float, trio.SocketStream]]] = {}
+        self._idle: dict[str, collections.deque[tuple[float, DnConnection]]] = {}
         self._count = 0
 
     def __len__(self) -> int:
         return self._count
 
-    def take(self, address: str) -> trio.SocketStream | None:
+    def take(self, address: str) -> DnConnection | None:
         """A fresh-enough idle connection to `address`, or None."""
         conns = self._idle.get(address)
         now = trio.current_time()
         while conns:
-            stamp, stream = conns.pop()  # newest first
+            stamp, conn = conns.pop()  # newest first
             self._count -= 1
             if now - stamp < self.idle_seconds:
-                return stream
-            self._discard(stream)
+                return conn
+            conn.close()
         return None
 
-    def give(self, address: str, stream: trio.SocketStream) -> None:
+    def give(self, address: str, conn: DnConnection) -> None:
         self._expire()
         if self._count >= self.capacity:
-            oldest_addr = min(self._idle, key=lambda a: self._idle[a][0][0] if self._idle[a] else float("inf"))
-            if self._idle.get(oldest_addr):
-                _, old = self._idle[oldest_addr].popleft()
-                self._count -= 1
-                self._discard(old)
-        self._idle.setdefault(address, collections.deque()).append((trio.current_time(), stream))
+            oldest = min((q for q in self._idle.values() if q), key=lambda q: q[0][0])
+            oldest.popleft()[1].close()
+            self._count -= 1
+        self._idle.setdefault(address, collections.deque()).append((trio.current_time(), conn))
         self._count += 1
 
     def _expire(self) -> None:
         now = trio.current_time()
         for conns in self._idle.values():
             while conns and now - conns[0][0] >= self.idle_seconds:
-                _, stream = conns.popleft()
+                conns.popleft()[1].close()
                 self._count -= 1
-                self._discard(stream)
-
-    @staticmethod
-    def _discard(stream: trio.SocketStream) -> None:
-        # Closing a plain socket stream never blocks; a forceful close needs no checkpoint.
-        stream.socket.close()
 
     def close(self) -> None:
         for conns in self._idle.values():
-            for _, stream in conns:
-                self._discard(stream)
+            for _, conn in conns:
+                conn.close()
         self._idle.clear()
         self._count = 0
 
@@ -98,57 +131,68 @@ class _Stale(Exception):
     """A pooled connection was already closed by the DataNode."""
 
 
-async def _connect(address: str, timeouts: Timeouts) -> trio.SocketStream:
+async def _connect(address: str, timeouts: Timeouts) -> DnConnection:
     host, _, port = address.rpartition(":")
     try:
         with trio.fail_after(timeouts.connect):
-            return await trio.open_tcp_stream(host, int(port))
+            stream = await trio.open_tcp_stream(host, int(port))
     except trio.TooSlowError:
         raise DataNodeTimeout(f"connecting to DataNode {address} timed out after {timeouts.connect:g}s") from None
     except OSError as e:
         raise ConnectionLost(f"cannot connect to DataNode {address}: {e.strerror or e}") from None
+    # trio sets TCP_NODELAY; take the plain socket over for the non-blocking fast path.
+    return DnConnection(socket.socket(fileno=stream.socket.detach()), address)
 
 
 async def _exchange(
-    stream: trio.SocketStream, request: bytes, parser: dtp.ReadBlockParser, timeouts: Timeouts,
-    address: str, reused: bool,
+    conn: DnConnection, request: bytes, parser: dtp.ReadBlockParser, timeouts: Timeouts, reused: bool,
 ) -> None:
-    """Send the op and drive the parser to the end of the read; send the read status."""
-    try:
-        await stream.send_all(request)
-    except (trio.BrokenResourceError, OSError) as e:
-        if reused:
-            raise _Stale from None
-        raise ConnectionLost(f"sending to DataNode {address} failed: {e}") from None
-    got_any = False
-    while True:
-        event = parser.next_event()
-        if event is NEED_DATA:
-            try:
-                with trio.fail_after(timeouts.read):
-                    data = await stream.receive_some(RECEIVE_SIZE)
-            except trio.TooSlowError:
-                raise DataNodeTimeout(
-                    f"DataNode {address} sent nothing for {timeouts.read:g}s during a read of {parser.what}"
-                ) from None
-            except (trio.BrokenResourceError, OSError) as e:
-                if reused and not got_any:
-                    raise _Stale from None
-                raise ConnectionLost(f"connection to DataNode {address} lost: {e}") from None
-            if not data:
-                if not got_any:
-                    if reused:
-                        raise _Stale
-                    raise dtp.sasl_suspected(f"DataNode {address}")
-                raise ConnectionLost(f"DataNode {address} closed the connection in the middle of a read")
-            got_any = True
-            parser.feed(data)
-        elif isinstance(event, dtp.ReadFinished):
-            try:
-                await stream.send_all(event.status_reply)
-            except (trio.BrokenResourceError, OSError) as e:
-                raise ConnectionLost(f"sending the read status to {address} failed: {e}") from None
-            return
+    """Send the op and drive the parser to the end of the read; send the read status.
+
+    One cancel scope per operation; its deadline moves forward whenever bytes arrive, so the
+    read timeout bounds every single wait.
+    """
+    address = conn.address
+    conn.waited = False
+    with trio.CancelScope(deadline=trio.current_time() + timeouts.read) as scope:
+        try:
+            await conn.send_all(request)
+        except OSError as e:
+            if reused:
+                raise _Stale from None
+            raise ConnectionLost(f"sending to DataNode {address} failed: {e}") from None
+        got_any = False
+        progressed = False
+        while True:
+            event = parser.next_event()
+            if event is NEED_DATA:
+                if progressed:  # bytes arrived since the last wait: the timeout starts over
+                    scope.deadline = trio.current_time() + timeouts.read
+                    progressed = False
+                try:
+                    data = await conn.receive(RECEIVE_SIZE)
+                except OSError as e:
+                    if reused and not got_any:
+                        raise _Stale from None
+                    raise ConnectionLost(f"connection to DataNode {address} lost: {e}") from None
+                if not data:
+                    if not got_any:
+                        if reused:
+                            raise _Stale
+                        raise dtp.sasl_suspected(f"DataNode {address}")
+                    raise ConnectionLost(f"DataNode {address} closed the connection in the middle of a read")
+                got_any = progressed = True
+                parser.feed(data)
+            elif isinstance(event, dtp.ReadFinished):
+                try:
+                    await conn.send_all(event.status_reply)
+                except OSError as e:
+                    raise ConnectionLost(f"sending the read status to {address} failed: {e}") from None
+                break
+    if scope.cancelled_caught:
+        raise DataNodeTimeout(f"DataNode {address} sent nothing for {timeouts.read:g}s during a read of {parser.what}")
+    if not conn.waited:
+        await trio.lowlevel.checkpoint()  # every read yields at least once
 
 
 async def read_replica(
@@ -159,27 +203,25 @@ async def read_replica(
     attempts = 0
     while True:
         attempts += 1
-        stream = pool.take(address) if attempts == 1 else None
-        reused = stream is not None
-        if stream is None:
-            stream = await _connect(address, timeouts)
+        conn = pool.take(address) if attempts == 1 else None
+        reused = conn is not None
+        if conn is None:
+            conn = await _connect(address, timeouts)
             stats.dn_connects += 1
         else:
             stats.dn_reuses += 1
         parser = dtp.ReadBlockParser(offset, length, what)
         stats.dtp_read_ops += 1
         try:
-            await _exchange(stream, request, parser, timeouts, address, reused)
+            await _exchange(conn, request, parser, timeouts, reused)
         except _Stale:
             stats.dn_stale_retries += 1
-            await trio.aclose_forcefully(stream)
+            conn.close()
             continue
         except BaseException:
             stats.dn_payload_bytes += parser.received
-            await trio.aclose_forcefully(stream)
+            conn.close()
             raise
         stats.dn_payload_bytes += parser.received
-        pool.give(address, stream)
+        pool.give(address, conn)
         return parser.output
-
-
