@@ -3,6 +3,7 @@
     hdfsfuse mount SOURCE MOUNTPOINT [-o opt,...] [-f|--foreground] [--debug]
     hdfsfuse SOURCE MOUNTPOINT [-o opt,...]          (the form mount.fuse3 and fstab use)
     hdfsfuse umount [-z] MOUNTPOINT
+    hdfsfuse stats [--json] MOUNTPOINT
 
 Errors before mounting print one line and exit non-zero, leaving nothing mounted. The
 background form returns only once the mount exists.
@@ -11,6 +12,7 @@ background form returns only once the mount exists.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import logging.handlers
 import os
@@ -24,6 +26,7 @@ from hdfsfuse import __version__
 from hdfsfuse.config import load_hadoop_conf, resolve_uri
 from hdfsfuse.daemon import check_mountpoint, mount_entry, notify_systemd, run_mount
 from hdfsfuse.errors import ConfigError, HdfsError
+from hdfsfuse.fs import STATS_XATTR
 from hdfsfuse.options import HELP, LOG_LEVELS, MountOptions, parse_options
 from hdfsfuse.wire import ProtocolError
 
@@ -33,6 +36,7 @@ USAGE = """\
 hdfsfuse mount SOURCE MOUNTPOINT [-o OPTIONS] [-f|--foreground] [--debug]
        hdfsfuse SOURCE MOUNTPOINT [-o OPTIONS]
        hdfsfuse umount [-z] MOUNTPOINT
+       hdfsfuse stats [--json] MOUNTPOINT
        hdfsfuse --version | --help
 
 SOURCE is hdfs://HOST[:PORT][/PATH], hdfs://NAMESERVICE[/PATH] or hdfs:///PATH (fs.defaultFS);
@@ -183,6 +187,28 @@ def cmd_umount(mountpoint: str, lazy: bool) -> int:
     return 0
 
 
+def cmd_stats(mountpoint: str, as_json: bool) -> int:
+    """Print the running daemon's live stats (read from a control xattr on the mount root)."""
+    try:
+        raw = os.getxattr(mountpoint, STATS_XATTR)
+    except OSError as e:
+        print(f"hdfsfuse: cannot read stats from {mountpoint}: {e.strerror} (is it an hdfsfuse mount?)",
+              file=sys.stderr)
+        return 1
+    snap = json.loads(raw)
+    if as_json:
+        print(json.dumps(snap, indent=1))
+        return 0
+    for key, value in snap.items():
+        if isinstance(value, dict):
+            print(f"{key}:")
+            for k, v in value.items():
+                print(f"  {k:30s} {v}")
+        else:
+            print(f"{key:32s} {value}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hdfsfuse", usage=USAGE, description="Mount HDFS read-only with FUSE.",
@@ -199,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     u = sub.add_parser("umount", help="unmount")
     u.add_argument("-z", "--lazy", action="store_true", help="detach now even if files are open")
     u.add_argument("mountpoint")
+    s = sub.add_parser("stats", help="live statistics of a running mount")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("mountpoint")
     return p
 
 
@@ -212,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_mount(ns.source, ns.mountpoint, ns.options, ns.foreground or ns.debug, ns.debug)
     if ns.command == "umount":
         return cmd_umount(ns.mountpoint, ns.lazy)
+    if ns.command == "stats":
+        return cmd_stats(ns.mountpoint, ns.json)
     parser.print_help()
     return 2
 

@@ -62,6 +62,13 @@ def _xfer_address(loc: hdfs_pb2.DatanodeInfoProto) -> str:
     return f"{loc.id.ipAddr}:{loc.id.xferPort}"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class BlockPlan:
+    header_field: bytes  # OpReadBlockProto field 1, encoded
+    replicas: list[tuple[str, hdfs_pb2.DatanodeInfoProto, str]]  # (address, DatanodeInfo, description)
+    what: str
+
+
 class HdfsFile:
     """An open HDFS file: its status, its located blocks and its readable length."""
 
@@ -74,7 +81,7 @@ class HdfsFile:
         self.blocks: list[LocatedBlock] = []
         self.starts: list[int] = []
         self.lengths: list[int] = []
-        self._op_headers: dict[int, bytes] = {}
+        self._plans: dict[int, BlockPlan] = {}
 
     def set_blocks(self, blocks: list[LocatedBlock], length: int, under_construction: bool) -> None:
         self.blocks = blocks
@@ -82,15 +89,21 @@ class HdfsFile:
         self.lengths = [b.b.numBytes for b in blocks]
         self.length = length
         self.under_construction = under_construction
-        self._op_headers = {}
+        self._plans = {}
 
-    def op_header(self, index: int, client_name: str) -> bytes:
-        header = self._op_headers.get(index)
-        if header is None:
+    def block_plan(self, index: int, client_name: str) -> BlockPlan:
+        """What every read of block `index` reuses: the encoded op header and the replicas."""
+        plan = self._plans.get(index)
+        if plan is None:
             block = self.blocks[index]
-            header = dtp.encode_op_header(block.b, block.blockToken, client_name)
-            self._op_headers[index] = header
-        return header
+            what = f"block {block.b.blockId} of {self.path}"
+            replicas = []
+            for loc in block.locs:
+                address = _xfer_address(loc)
+                replicas.append((address, loc, f"{what} on DataNode {address}"))
+            header = dtp.header_field(dtp.encode_op_header(block.b, block.blockToken, client_name))
+            plan = self._plans[index] = BlockPlan(header, replicas, what)
+        return plan
 
 
 class HdfsClient:
@@ -244,13 +257,14 @@ class HdfsClient:
             raise group.exceptions[0] from None
         return result
 
-    def _replica_order(self, locs: list[hdfs_pb2.DatanodeInfoProto]) -> list[hdfs_pb2.DatanodeInfoProto]:
+    def _replica_order(self, replicas: list[tuple[str, hdfs_pb2.DatanodeInfoProto, str]]
+                       ) -> list[tuple[str, hdfs_pb2.DatanodeInfoProto, str]]:
         """The NameNode's order, with DataNodes that failed recently moved to the end."""
         if not self._dead_until:
-            return locs
+            return replicas
         now = trio.current_time()
         self._dead_until = {a: t for a, t in self._dead_until.items() if t > now}
-        return sorted(locs, key=lambda loc: _xfer_address(loc) in self._dead_until)
+        return sorted(replicas, key=lambda r: r[0] in self._dead_until)
 
     async def _read_piece(self, file: HdfsFile, piece: Piece) -> bytearray:
         timeouts = self.options.timeouts
@@ -272,18 +286,16 @@ class HdfsClient:
         sasl_errors = 0
         while True:
             block = file.blocks[piece.block_index]
-            request = dtp.encode_read_block(
-                file.op_header(piece.block_index, self.client_name), piece.offset_in_block, piece.length
-            )
-            what = f"block {block.b.blockId} of {file.path}"
+            plan = file.block_plan(piece.block_index, self.client_name)
+            request = dtp.encode_read_block_field(plan.header_field, piece.offset_in_block, piece.length)
+            what = plan.what
             corrupt: list[hdfs_pb2.DatanodeInfoProto] = []
             restart = False
-            for loc in self._replica_order(list(block.locs)):
-                address = _xfer_address(loc)
+            for address, loc, description in self._replica_order(plan.replicas):
                 try:
                     data = await read_replica(
                         self.pool, address, request, piece.offset_in_block, piece.length,
-                        f"{what} on DataNode {address}", self.options.timeouts, self.stats,
+                        description, self.options.timeouts, self.stats,
                     )
                 except ChecksumMismatch as e:
                     self.stats.checksum_failures += 1

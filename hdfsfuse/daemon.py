@@ -30,7 +30,7 @@ from hdfsfuse.datanode import Timeouts
 from hdfsfuse.errors import ConfigError
 from hdfsfuse.fs import HdfsOperations
 from hdfsfuse.options import MountOptions
-from hdfsfuse.stats import Stats
+from hdfsfuse.stats import Stats, prometheus
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +131,8 @@ async def run_mount(
             with trio.fail_after(preflight_timeout + 5):
                 await ops.init_root()
             client.namenode.total_timeout = options.namenode_timeout
+            if options.metrics_port:
+                await nursery.start(serve_metrics, options.metrics_port, lambda: prometheus(ops.stats_snapshot()))
             fuse_opts = options.fuse_options(source)
             if debug:
                 fuse_opts.add("debug")
@@ -145,6 +147,40 @@ async def run_mount(
                 pyfuse3.close(unmount=True)
                 log.info("unmounted %s", mountpoint)
                 nursery.cancel_scope.cancel()
+
+
+async def serve_metrics(port: int, render: Callable[[], str], *,
+                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve the live stats as Prometheus text on 127.0.0.1:`port` (any GET path)."""
+
+    async def handle(stream: trio.SocketStream) -> None:
+        request = b""
+        with trio.move_on_after(5):
+            while b"\r\n\r\n" not in request and len(request) < 8192:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    break
+                request += chunk
+        if request.startswith(b"GET "):
+            body = render().encode()
+            head = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+        else:
+            body = b"only GET is supported\n"
+            head = b"HTTP/1.0 405 Method Not Allowed\r\nContent-Type: text/plain\r\n"
+        try:
+            with trio.move_on_after(5):
+                await stream.send_all(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        except (trio.BrokenResourceError, OSError):
+            pass
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    try:
+        listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
+    except OSError as e:
+        raise ConfigError(f"metrics_port={port}: cannot listen on 127.0.0.1:{port}: {e.strerror}") from None
+    task_status.started()
+    await trio.serve_listeners(handle, listeners)
 
 
 async def _stop_on_signals() -> None:

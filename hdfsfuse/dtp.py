@@ -37,7 +37,15 @@ from google.protobuf.message import DecodeError
 from hdfsfuse.checksum import CHECKSUM_NULL, Checksum
 from hdfsfuse.errors import AuthenticationRequired, HdfsError
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
-from hdfsfuse.wire import NEED_DATA, NeedData, ProtocolError, _NeedDataType, encode_varint, read_delimited
+from hdfsfuse.wire import (
+    NEED_DATA,
+    NeedData,
+    ProtocolError,
+    _NeedDataType,
+    decode_varint,
+    encode_varint,
+    read_delimited,
+)
 
 DATA_TRANSFER_VERSION = 28
 OP_READ_BLOCK = 81
@@ -71,17 +79,22 @@ def encode_op_header(block: hdfs_pb2.ExtendedBlockProto, token: rpc_pb2.TokenPro
     ).SerializeToString()
 
 
+def header_field(op_header: bytes) -> bytes:
+    """Field 1 of OpReadBlockProto (the operation header), encoded once per block."""
+    return b"\x0a" + encode_varint(len(op_header)) + op_header
+
+
+_READ_TAIL = b"\x20\x01\x2a\x00"  # 4: sendChecksums = true; 5: cachingStrategy = {} (DataNode defaults)
+
+
 def encode_read_block(op_header: bytes, offset: int, length: int) -> bytes:
     """OP_READ_BLOCK for `length` bytes at `offset` in the block, as one byte string."""
-    body = b"".join(
-        (
-            b"\x0a", encode_varint(len(op_header)), op_header,  # 1: header
-            b"\x10", encode_varint(offset),  # 2: offset
-            b"\x18", encode_varint(length),  # 3: len
-            b"\x20\x01",  # 4: sendChecksums = true
-            b"\x2a\x00",  # 5: cachingStrategy = {} (DataNode defaults)
-        )
-    )
+    return encode_read_block_field(header_field(op_header), offset, length)
+
+
+def encode_read_block_field(field1: bytes, offset: int, length: int) -> bytes:
+    """The hot-path form of `encode_read_block`, given `header_field(op_header)`."""
+    body = field1 + b"\x10" + encode_varint(offset) + b"\x18" + encode_varint(length) + _READ_TAIL
     return _OP_PREFIX + encode_varint(len(body)) + body
 
 
@@ -102,6 +115,36 @@ class ReadFinished:
 
 
 Event = ReadStarted | PacketReceived | ReadFinished
+
+
+def _fast_success(raw: bytes) -> tuple[int, int, int] | None:
+    """(type, bytesPerChecksum, chunkOffset) of the usual SUCCESS response, parsed by hand.
+
+    Handles exactly `08 00 22 L [0a L2 [08 t] [10 bpc]] [10 chunkOffset]`, Java's field order;
+    anything else returns None and goes through protobuf.
+    """
+    try:
+        if raw[0] != 0x08 or raw[1] != 0x00 or raw[2] != 0x22:
+            return None
+        info_len, pos = decode_varint(raw, 3, 5)
+        if pos + info_len != len(raw) or raw[pos] != 0x0A:
+            return None
+        cs_len, p = decode_varint(raw, pos + 1, 5)
+        cs_end = p + cs_len
+        if raw[p] != 0x08:
+            return None
+        kind, p = decode_varint(raw, p + 1, 5)
+        if raw[p] != 0x10:
+            return None
+        bpc, p = decode_varint(raw, p + 1, 5)
+        if p != cs_end or raw[p] != 0x10:
+            return None
+        chunk_offset, p = decode_varint(raw, p + 1)
+        if p != len(raw):
+            return None
+        return kind, bpc, chunk_offset
+    except (IndexError, NeedData, ProtocolError):
+        return None
 
 
 def _parse_packet_header(raw: bytes | memoryview) -> tuple[int, int, bool, int]:
@@ -172,6 +215,9 @@ class ReadBlockParser:
         except NeedData:
             return NEED_DATA
         del self._buf[:end]
+        fast = _fast_success(raw)
+        if fast is not None:
+            return self._start(*fast)
         resp = datatransfer_pb2.BlockOpResponseProto()
         try:
             resp.ParseFromString(raw)
@@ -188,8 +234,10 @@ class ReadBlockParser:
         info = resp.readOpChecksumInfo
         if not resp.HasField("readOpChecksumInfo") or not info.HasField("checksum"):
             raise ProtocolError(f"{self.what}: success response without checksum info")
-        checksum = Checksum(info.checksum.type, info.checksum.bytesPerChecksum)
-        chunk_offset = info.chunkOffset
+        return self._start(info.checksum.type, info.checksum.bytesPerChecksum, info.chunkOffset)
+
+    def _start(self, kind: int, bytes_per_checksum: int, chunk_offset: int) -> ReadStarted:
+        checksum = Checksum(kind, bytes_per_checksum)
         if not (self.offset - checksum.bytes_per_checksum < chunk_offset <= self.offset):
             raise ProtocolError(
                 f"{self.what}: chunkOffset {chunk_offset} does not align read offset {self.offset} "

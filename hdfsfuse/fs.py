@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import grp
+import json
 import logging
 import os
 import pwd
@@ -22,18 +23,22 @@ from dataclasses import dataclass, field
 import pyfuse3
 import trio
 
-from hdfsfuse.client import HdfsClient, HdfsFile
+from hdfsfuse.client import WHOLE_FILE, HdfsClient, HdfsFile
 from hdfsfuse.errors import FileNotFound, HdfsError, to_errno
 from hdfsfuse.namenode import FileStatus
 from hdfsfuse.options import MountOptions
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.readahead import ReadaheadBudget, ReadaheadPlanner
+from hdfsfuse.stats import snapshot
 from hdfsfuse.wire import ProtocolError
 
 log = logging.getLogger(__name__)
 
 IS_DIR = hdfs_pb2.HdfsFileStatusProto.IS_DIR
 IS_SYMLINK = hdfs_pb2.HdfsFileStatusProto.IS_SYMLINK
+IS_FILE = hdfs_pb2.HdfsFileStatusProto.IS_FILE
+STATS_XATTR = b"user.hdfsfuse.stats"  # on the mount root: live stats as JSON
+FILE_XATTRS = (b"user.hdfs.replication", b"user.hdfs.block_size", b"user.hdfs.blocks")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
@@ -306,6 +311,49 @@ class HdfsOperations(pyfuse3.Operations):
         s.f_favail = 0
         s.f_namemax = 255
         return s
+
+    # ----- extended attributes --------------------------------------------------------------------
+
+    def stats_snapshot(self) -> dict[str, object]:
+        return snapshot(self.stats, self.nn.calls, self.nn.failovers)
+
+    async def _status(self, inode: int) -> FileStatus:
+        cached = self._attrs.get(inode)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[2]
+        path = self._path(inode)
+        st = await self.nn.get_file_link_info(path)
+        if st is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        self._remember(st, path)
+        return st
+
+    async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
+        if inode == pyfuse3.ROOT_INODE:
+            return [STATS_XATTR]
+        async with self._request("listxattr", self._path(inode)):
+            st = await self._status(inode)
+        return list(FILE_XATTRS) if st.fileType == IS_FILE else []
+
+    async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        if inode == pyfuse3.ROOT_INODE and name == STATS_XATTR:
+            return json.dumps(self.stats_snapshot()).encode()
+        path = self._path(inode)
+        async with self._request("getxattr", path):
+            st = await self._status(inode)
+            if st.fileType != IS_FILE or name not in FILE_XATTRS:
+                raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+            if name == b"user.hdfs.replication":
+                return str(st.block_replication).encode()
+            if name == b"user.hdfs.block_size":
+                return str(st.blocksize).encode()
+            lbs = await self.nn.get_block_locations(path, 0, WHOLE_FILE)
+            blocks = [
+                {"offset": b.offset, "length": b.b.numBytes,
+                 "hosts": [f"{loc.id.hostName}:{loc.id.xferPort}" for loc in b.locs]}
+                for b in lbs.blocks
+            ]
+            return json.dumps(blocks).encode()
 
     # ----- files ----------------------------------------------------------------------------------
 

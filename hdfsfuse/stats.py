@@ -30,3 +30,62 @@ class Stats:
     @property
     def uptime(self) -> float:
         return time.monotonic() - self.started
+
+
+def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failovers: int) -> dict[str, object]:
+    """Everything `hdfsfuse stats` shows, as plain JSON-able data."""
+    return {
+        "uptime_seconds": round(stats.uptime, 3),
+        "app_bytes_read": stats.app_bytes,
+        "datanode_payload_bytes": stats.dn_payload_bytes,
+        "amplification": round(stats.amplification, 4),
+        "fuse_reads": stats.fuse_reads,
+        "dtp_read_ops": stats.dtp_read_ops,
+        "datanode_connects": stats.dn_connects,
+        "datanode_reuses": stats.dn_reuses,
+        "datanode_stale_retries": stats.dn_stale_retries,
+        "checksum_failures": stats.checksum_failures,
+        "replica_failovers": stats.replica_failovers,
+        "bad_block_reports": stats.bad_block_reports,
+        "namenode_failovers": namenode_failovers,
+        "namenode_rpcs": dict(sorted(rpc_calls.items())),
+        "cache_hits": dict(sorted(stats.cache_hits.items())),
+        "cache_misses": dict(sorted(stats.cache_misses.items())),
+    }
+
+
+_HELP = {
+    "uptime_seconds": "Seconds since the mount started.",
+    "app_bytes_read": "Bytes returned to applications.",
+    "datanode_payload_bytes": "Data bytes received from DataNodes, chunk alignment included.",
+    "amplification": "datanode_payload_bytes / app_bytes_read.",
+    "fuse_reads": "FUSE read requests served.",
+    "dtp_read_ops": "DataTransferProtocol READ_BLOCK operations sent.",
+    "datanode_connects": "New TCP connections to DataNodes.",
+    "datanode_reuses": "READ_BLOCK operations on a pooled connection.",
+    "datanode_stale_retries": "Pooled connections found closed and retried.",
+    "checksum_failures": "Checksum mismatches detected.",
+    "replica_failovers": "Reads moved to another replica after a failure.",
+    "bad_block_reports": "Corrupt replicas reported to the NameNode.",
+    "namenode_failovers": "Switches to another NameNode.",
+    "namenode_rpcs": "NameNode RPCs by method.",
+    "cache_hits": "Cache hits by cache.",
+    "cache_misses": "Cache misses by cache.",
+}
+_LABELS = {"namenode_rpcs": "method", "cache_hits": "cache", "cache_misses": "cache"}
+
+
+def prometheus(snap: dict[str, object]) -> str:
+    """The snapshot in the Prometheus text exposition format."""
+    lines = []
+    for key, value in snap.items():
+        name = f"hdfsfuse_{key}"
+        kind = "gauge" if key in ("uptime_seconds", "amplification") else "counter"
+        lines.append(f"# HELP {name} {_HELP[key]}")
+        lines.append(f"# TYPE {name} {kind}")
+        if isinstance(value, dict):
+            for label, v in value.items():
+                lines.append(f'{name}{{{_LABELS[key]}="{label}"}} {v}')
+        else:
+            lines.append(f"{name} {value}")
+    return "\n".join(lines) + "\n"

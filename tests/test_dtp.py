@@ -224,3 +224,35 @@ def test_fuzz_mutated_valid_stream(position: int, garbage: bytes, mode: int) -> 
         return
     if parser.done:  # a mutation that survived every check must not change the bytes
         assert bytes(parser.output) == BLOCK[100:2100]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([0, 1, 2]), st.integers(1, 1 << 24), st.integers(0, 2**63 - 1))
+def test_hand_parsed_response_agrees_with_protobuf(kind: int, bpc: int, chunk_offset: int) -> None:
+    raw = block_op_response(kind=kind, bpc=bpc, chunk_offset=chunk_offset)
+    body, _ = read_delimited(raw, 0, 1 << 20)
+    assert dtp._fast_success(body) == (kind, bpc, chunk_offset)
+
+
+def test_unusual_response_layout_goes_through_protobuf() -> None:
+    resp = datatransfer_pb2.BlockOpResponseProto(status=0, message="hello")
+    resp.readOpChecksumInfo.checksum.type = 2
+    resp.readOpChecksumInfo.checksum.bytesPerChecksum = 512
+    resp.readOpChecksumInfo.chunkOffset = 1024
+    body = resp.SerializeToString()
+    assert dtp._fast_success(body) is None
+    parser = dtp.ReadBlockParser(1100, 10)
+    parser.feed(bytes([len(body)]) + body)
+    started = parser.next_event()
+    assert isinstance(started, dtp.ReadStarted) and started.chunk_offset == 1024
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=40))
+def test_fuzz_hand_parser(data: bytes) -> None:
+    result = dtp._fast_success(data)
+    if result is not None:
+        parsed = datatransfer_pb2.BlockOpResponseProto.FromString(data)
+        info = parsed.readOpChecksumInfo
+        assert parsed.status == 0
+        assert result == (info.checksum.type, info.checksum.bytesPerChecksum, info.chunkOffset)

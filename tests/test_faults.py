@@ -1,0 +1,258 @@
+"""Faults through the real mount: dead, hung and corrupt DataNodes, lost blocks, NameNode
+restarts and failover, killed readers, malformed DataNode bytes. Every byte read is compared."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import struct
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import trio
+
+from hdfsfuse import errors
+from hdfsfuse.checksum import Checksum
+from hdfsfuse.client import ClientOptions, HdfsClient
+from hdfsfuse.datanode import Timeouts
+from hdfsfuse.proto import hdfs_pb2
+from tests.conftest import random_bytes
+from tests.dtp_fakes import block_op_response, packet
+from tests.minidfs import MiniDfs
+from tests.mounting import HDFSFUSE, is_mounted
+
+MiB = 1 << 20
+FAST = "connect_timeout=1,read_timeout=1,total_timeout=6,request_timeout=10,namenode_timeout=20"
+
+
+@contextmanager
+def blackhole(ports: list[int]) -> Iterator[None]:
+    """Silently drop every packet to these local ports: peers that stop answering."""
+    table = f"hdfsfuse_drop_{os.getpid()}"
+    port_set = ", ".join(map(str, ports))
+    script = (f"add table inet {table}\n"
+              f"add chain inet {table} out {{ type filter hook output priority -10; policy accept; }}\n"
+              f"add rule inet {table} out tcp dport {{ {port_set} }} drop\n")
+    subprocess.run(["nft", "-f", "-"], input=script.encode(), check=True, capture_output=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True)
+
+
+def port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
+def test_datanode_stopped_in_the_middle_of_cat(fresh_cluster, mount) -> None:  # type: ignore[no-untyped-def]
+    c: MiniDfs = fresh_cluster(datanodes=3)
+    data = c.put_bytes(random_bytes(24 * MiB, seed=70), "/multi")
+    m = mount(c, FAST)
+    cat = subprocess.Popen(["cat", m.path("/multi")], stdout=subprocess.PIPE)
+    assert cat.stdout is not None
+    first = cat.stdout.read(4 * MiB)  # cat blocks on the pipe: it is in the middle of the file
+    c.stop_datanode(c.blocks("/multi")[5]["xfer"][0])
+    rest = cat.stdout.read()
+    assert cat.wait(timeout=120) == 0
+    assert first + rest == data
+
+
+def test_corrupt_replica_through_the_mount(fresh_cluster, mount) -> None:  # type: ignore[no-untyped-def]
+    c: MiniDfs = fresh_cluster(datanodes=3)
+    data = c.put_bytes(random_bytes(3 * MiB, seed=71), "/corrupt")
+    m = mount(c, "direct_io")
+    # The mount reads the NameNode's first replica; corrupt exactly that one.
+    first = c.blocks("/corrupt")[1]["xfer"][0]
+    c.corrupt_replica("/corrupt", 1, first, offset=1000, length=16)
+    assert open(m.path("/corrupt"), "rb").read() == data
+    deadline = time.monotonic() + 30
+    while c.corrupt_replicas("/corrupt") != [0, 1, 0]:
+        assert time.monotonic() < deadline, "the NameNode never heard of the corrupt replica"
+        time.sleep(0.1)
+
+
+def test_hung_datanode_moves_to_another_replica(fresh_cluster, mount) -> None:  # type: ignore[no-untyped-def]
+    c: MiniDfs = fresh_cluster(datanodes=3)
+    data = c.put_bytes(random_bytes(2 * MiB, seed=72), "/hang")
+    m = mount(c, FAST, "direct_io")
+    fd = os.open(m.path("/hang"), os.O_RDONLY)
+    try:
+        assert os.pread(fd, 4096, 0) == data[:4096]  # a pooled connection to the first replica now exists
+        with blackhole([port(c.blocks("/hang")[0]["xfer"][0])]):
+            assert os.pread(fd, 100_000, 5000) == data[5000:105_000]
+            assert "trying the next replica" in m.log_text()
+    finally:
+        os.close(fd)
+
+
+def test_every_replica_hung_answers_eio_within_the_bound(fresh_cluster, mount) -> None:  # type: ignore[no-untyped-def]
+    c: MiniDfs = fresh_cluster(datanodes=2)
+    c.put_bytes(random_bytes(MiB, seed=73), "/allhang")
+    m = mount(c, FAST, "direct_io")
+    fd = os.open(m.path("/allhang"), os.O_RDONLY)
+    try:
+        with blackhole([port(d["xfer"]) for d in c.datanodes]):
+            with pytest.raises(OSError) as e:
+                os.pread(fd, 4096, 0)
+            assert e.value.errno == errno.EIO
+    finally:
+        os.close(fd)
+    assert is_mounted(m.dir)
+
+
+def test_lost_block_is_eio_and_other_files_keep_serving(fresh_cluster, mount) -> None:  # type: ignore[no-untyped-def]
+    c: MiniDfs = fresh_cluster(datanodes=3)
+    c.put_bytes(random_bytes(100_000, seed=74), "/lost", replication=1)
+    other = c.put_bytes(random_bytes(100_000, seed=75), "/fine")
+    m = mount(c, FAST)
+    c.stop_datanode(c.blocks("/lost")[0]["xfer"][0])
+    with pytest.raises(OSError) as e:
+        open(m.path("/lost"), "rb").read()
+    assert e.value.errno == errno.EIO
+    lines = [ln for ln in m.log_text().splitlines() if "ERROR" in ln and "/lost" in ln]
+    assert lines and "block" in lines[0] and "127.0.0.1:" in lines[0]
+    assert open(m.path("/fine"), "rb").read() == other
+    assert is_mounted(m.dir)
+
+
+def test_namenode_restart_while_mounted(fresh_cluster, mount) -> None:  # type: ignore[no-untyped-def]
+    c: MiniDfs = fresh_cluster(datanodes=1)
+    data = c.put_bytes(random_bytes(2 * MiB, seed=76), "/d/open-file")
+    c.put_bytes(b"x", "/d/later")
+    m = mount(c, "direct_io,attr_timeout=0,entry_timeout=0,negative_timeout=0")
+    fd = os.open(m.path("/d/open-file"), os.O_RDONLY)
+    try:
+        c.restart_namenode()
+        assert os.pread(fd, 10_000, MiB) == data[MiB : MiB + 10_000]  # no NameNode needed
+        assert sorted(os.listdir(m.path("/d"))) == ["later", "open-file"]
+        assert open(m.path("/d/later"), "rb").read() == b"x"
+    finally:
+        os.close(fd)
+
+
+def test_ha_failover_while_mounted(ha_cluster: MiniDfs, mount) -> None:  # type: ignore[no-untyped-def]
+    data = ha_cluster.put_bytes(random_bytes(MiB, seed=77), "/ha-mounted/f")
+    m = mount(ha_cluster, "attr_timeout=0,entry_timeout=0")
+    assert open("/proc/mounts").read().count("hdfs://ns1") >= 1
+    for _ in range(2):
+        ha_cluster.failover()
+        assert open(m.path("/ha-mounted/f"), "rb").read() == data
+        assert os.listdir(m.path("/ha-mounted")) == ["f"]
+
+
+def _established(ports: list[int]) -> int:
+    out = subprocess.run(["ss", "-Htn", "state", "established"], capture_output=True, text=True).stdout
+    return sum(1 for line in out.splitlines() if any(line.split()[3].endswith(f":{p}") for p in ports))
+
+
+def test_killed_reader_leaks_no_connections(fresh_cluster, mount) -> None:  # type: ignore[no-untyped-def]
+    c: MiniDfs = fresh_cluster(datanodes=1)
+    data = c.put_bytes(random_bytes(32 * MiB, seed=78), "/kill")
+    m = mount(c)
+    for _ in range(3):
+        cat = subprocess.Popen(["cat", m.path("/kill")], stdout=subprocess.PIPE)
+        assert cat.stdout is not None
+        cat.stdout.read(MiB)
+        cat.send_signal(signal.SIGKILL)
+        cat.wait()
+        cat.stdout.close()
+    xfer = [port(d["xfer"]) for d in c.datanodes]
+    deadline = time.monotonic() + 30
+    while _established(xfer) > 0:  # pooled sockets expire after 3 s idle
+        assert time.monotonic() < deadline, "connections to the DataNode stayed open"
+        time.sleep(0.2)
+        open(m.path("/kill"), "rb").close()  # an open/close lets the pool expire idle sockets
+    fd = os.open(m.path("/kill"), os.O_RDONLY)
+    try:
+        assert os.pread(fd, 5000, 20 * MiB) == data[20 * MiB : 20 * MiB + 5000]
+    finally:
+        os.close(fd)
+
+
+def _fake_datanode_reply(kind: str) -> bytes:
+    c = Checksum(2, 512)
+    payload = bytes(512)
+    if kind == "bad seqno":
+        return block_op_response() + packet(0, 5, payload, c)
+    if kind == "oversized PLEN":
+        return block_op_response() + struct.pack(">IH", 64 * MiB, 25) + bytes(25)
+    if kind == "truncated header":
+        return block_op_response() + packet(0, 0, payload, c)[:15]
+    return b"\xff" * 64  # garbage
+
+
+@pytest.mark.parametrize("kind", ["bad seqno", "oversized PLEN", "truncated header", "garbage"])
+async def test_malformed_datanode_bytes_fail_over_or_eio(cluster: MiniDfs, data_dir: str, kind: str) -> None:
+    data = cluster.put_bytes(random_bytes(4096, seed=79), f"{data_dir}/fake")
+
+    async def fake(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        await stream.send_all(_fake_datanode_reply(kind))
+        await trio.sleep(30)  # a truncated reply: then silence
+
+    async with trio.open_nursery() as n:
+        listeners = await n.start(trio.serve_tcp, fake, 0)
+        fake_port = listeners[0].socket.getsockname()[1]
+        options = ClientOptions(timeouts=Timeouts(connect=1, read=1, total=10))
+        async with HdfsClient.connect(cluster.uri, conf_dir=cluster.conf_dir, options=options) as client:
+            f = await client.open(f"{data_dir}/fake")
+            impostor = hdfs_pb2.DatanodeInfoProto()
+            impostor.CopyFrom(f.blocks[0].locs[0])
+            impostor.id.xferPort = fake_port
+            f.blocks[0].locs.insert(0, impostor)
+            f.set_blocks(f.blocks, f.length, False)
+            assert bytes(await client.read_range(f, 0, 4096)) == data  # failed over to a real replica
+            del f.blocks[0].locs[1:]
+            f.set_blocks(f.blocks, f.length, False)
+            client.refresh = _no_refresh  # type: ignore[method-assign]
+            with pytest.raises(errors.BlockUnavailable) as e:
+                await client.read_range(f, 0, 4096)
+            assert errors.to_errno(e.value) == errno.EIO
+        n.cancel_scope.cancel()
+
+
+async def _no_refresh(file: object) -> None:
+    """Keep the fake replica as the only location (a real refresh would restore the good ones)."""
+
+
+def test_kerberos_only_namenode_at_mount_time(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import socket
+    import threading
+
+    from hdfsfuse.proto import rpc_pb2
+    from hdfsfuse.wire import delimited
+
+    header = rpc_pb2.RpcResponseHeaderProto(
+        callId=4294967295, status=rpc_pb2.RpcResponseHeaderProto.FATAL, serverIpcVersionNum=9,
+        exceptionClassName="org.apache.hadoop.security.AccessControlException",
+        errorMsg="SIMPLE authentication is not enabled.  Available:[TOKEN, KERBEROS]",
+    ).SerializeToString()
+    frame = delimited(header)
+    frame = struct.pack(">I", len(frame)) + frame
+    server = socket.create_server(("127.0.0.1", 0))
+    port_ = server.getsockname()[1]
+
+    def serve() -> None:
+        server.settimeout(30)
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.recv(65536)
+            conn.sendall(frame)
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        r = subprocess.run([*HDFSFUSE, "mount", f"hdfs://127.0.0.1:{port_}/", str(tmp_path)],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        server.close()
+    assert r.returncode != 0
+    assert "Kerberos" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not is_mounted(str(tmp_path))
