@@ -1,4 +1,5 @@
-"""HDFS data checksums: CRC32C (crcmod), CRC32 (zlib) and NULL. Pure code, no I/O.
+"""HDFS data checksums: CRC32C (crcmod, or google-crc32c when the optional `fast` extra is
+installed), CRC32 (zlib) and NULL. Pure code, no I/O.
 
 One checksum per `bytes_per_checksum` chunk of block data; the block's last chunk may be short
 and is checksummed over its real length. Each checksum is a 4-byte big-endian integer:
@@ -26,20 +27,31 @@ TYPE_NAMES = {CHECKSUM_NULL: "NULL", CHECKSUM_CRC32: "CRC32", CHECKSUM_CRC32C: "
 crc32c: Callable[[bytes], int] = crcmod.predefined.mkCrcFun("crc-32c")
 
 
+def _native_crc32c() -> Callable[[bytes], int] | None:
+    """google-crc32c's hardware CRC32C (the optional `fast` extra), if installed and compiled."""
+    try:
+        import google_crc32c
+    except ImportError:
+        return None
+    return google_crc32c.value if google_crc32c.implementation == "c" else None
+
+
+native_crc32c = _native_crc32c()
+
+
 def crc32(data: bytes) -> int:
     return zlib.crc32(data) & 0xFFFFFFFF
 
 
-_FUNCS: dict[int, Callable[[bytes], int]] = {CHECKSUM_CRC32: crc32, CHECKSUM_CRC32C: crc32c}
 _MAX_BPC = 16 * 1024 * 1024
 
 
 class Checksum:
     """A block's checksum scheme, as announced in the DataNode's read response."""
 
-    __slots__ = ("_func", "bytes_per_checksum", "kind", "size")
+    __slots__ = ("_func", "_needs_bytes", "bytes_per_checksum", "kind", "size")
 
-    def __init__(self, kind: int, bytes_per_checksum: int) -> None:
+    def __init__(self, kind: int, bytes_per_checksum: int, *, native: bool = True) -> None:
         if kind not in TYPE_NAMES:
             raise ProtocolError(f"unknown checksum type {kind}")
         if not 0 < bytes_per_checksum <= _MAX_BPC:
@@ -47,7 +59,16 @@ class Checksum:
         self.kind = kind
         self.bytes_per_checksum = bytes_per_checksum
         self.size = 0 if kind == CHECKSUM_NULL else 4
-        self._func = _FUNCS.get(kind)
+        self._needs_bytes = False  # google-crc32c takes bytes, not memoryview slices
+        self._func: Callable[[bytes], int] | None = None
+        if kind == CHECKSUM_CRC32:
+            self._func = zlib.crc32
+        elif kind == CHECKSUM_CRC32C:
+            if native and native_crc32c is not None:
+                self._func = native_crc32c
+                self._needs_bytes = True
+            else:
+                self._func = crc32c
 
     @property
     def name(self) -> str:
@@ -62,8 +83,8 @@ class Checksum:
         if self._func is None:
             return b""
         bpc = self.bytes_per_checksum
-        view = memoryview(data)
-        return b"".join(struct.pack(">I", self._func(view[i : i + bpc])) for i in range(0, len(data), bpc))
+        data = bytes(data)
+        return b"".join(struct.pack(">I", self._func(data[i : i + bpc])) for i in range(0, len(data), bpc))
 
     def verify(self, data: memoryview, sums: memoryview, block_offset: int, what: str) -> None:
         """Check every chunk of `data`, which starts at `block_offset` in the block.
@@ -79,9 +100,10 @@ class Checksum:
         if len(sums) != count * 4:
             raise ProtocolError(f"{len(sums)} checksum bytes for {n} data bytes")
         expected = struct.unpack(f">{count}I", sums)
-        for i in range(count):
-            start = i * bpc
-            if func(data[start : start + bpc]) != expected[i]:
-                raise ChecksumMismatch(
-                    f"{self.name} checksum mismatch in {what} at block offset {block_offset + start}"
-                )
+        chunks = bytes(data) if self._needs_bytes else data
+        computed = tuple(map(func, [chunks[i : i + bpc] for i in range(0, n, bpc)]))
+        if computed != expected:
+            bad = next(i for i in range(count) if computed[i] != expected[i])
+            raise ChecksumMismatch(
+                f"{self.name} checksum mismatch in {what} at block offset {block_offset + bad * bpc}"
+            )

@@ -336,12 +336,18 @@ class HdfsOperations(pyfuse3.Operations):
         return list(FILE_XATTRS) if st.fileType == IS_FILE else []
 
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        if inode == pyfuse3.ROOT_INODE and name == STATS_XATTR:
-            return json.dumps(self.stats_snapshot()).encode()
+        if name not in FILE_XATTRS:
+            if inode == pyfuse3.ROOT_INODE and name == STATS_XATTR:
+                return json.dumps(self.stats_snapshot()).encode()
+            if not name.startswith(b"user."):
+                # No security labels or POSIX ACLs here. EOPNOTSUPP (not ENODATA) lets tools like
+                # `ls -l` remember that for the whole mount instead of asking for every entry.
+                raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
         path = self._path(inode)
         async with self._request("getxattr", path):
             st = await self._status(inode)
-            if st.fileType != IS_FILE or name not in FILE_XATTRS:
+            if st.fileType != IS_FILE:
                 raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
             if name == b"user.hdfs.replication":
                 return str(st.block_replication).encode()
@@ -396,9 +402,9 @@ class HdfsOperations(pyfuse3.Operations):
                 data = await self.client.fetch_range(file, off, decision.length)
             self._drop_chunks(handle, before=off)
         self.stats.app_bytes += len(data)
-        return bytes(data) if isinstance(data, bytearray) else data
+        return data  # type: ignore[return-value]  # pyfuse3 takes any contiguous buffer
 
-    async def _from_chunks(self, handle: _OpenFile, start: int, end: int) -> bytes | bytearray | None:
+    async def _from_chunks(self, handle: _OpenFile, start: int, end: int) -> bytes | memoryview | None:
         """The range from readahead buffers, if they cover it entirely (waiting for in-flight ones)."""
         covering = []
         pos = start
@@ -419,7 +425,7 @@ class HdfsOperations(pyfuse3.Operations):
             lo = max(start, chunk.offset) - chunk.offset
             hi = min(end, chunk.end) - chunk.offset
             parts.append(memoryview(chunk.data)[lo:hi])
-        return parts[0].tobytes() if len(parts) == 1 else b"".join(parts)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _start_prefetch(self, handle: _OpenFile, offset: int, length: int) -> None:
         if not self.budget.try_take(length):

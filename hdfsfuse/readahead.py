@@ -1,12 +1,12 @@
 """Per-open-file readahead decisions and the global readahead memory budget. Pure code, no I/O.
 
-Random reads are exact: the planner asks for nothing beyond the read. A run of sequential
-reads grows a window (initial size, doubling up to `max_window`) that the mount prefetches in
-the background just past the current read, so sequential reads pipeline. A seek resets it.
+Random reads are exact: the planner asks for nothing beyond the read. A long sequential run
+grows a window (up to `max_window`) that the mount prefetches in the background just past the
+current read, so sequential reads pipeline. A seek starts a new run.
 
-    reads:     [r1][r2][r3]
-    frontier:              |<- prefetched window ->|
-    next prefetch starts when less than half a window remains ahead of the reader.
+    reads:     [r1][r2][r3] ... (run >= trigger)
+    frontier:                   |<- prefetched window ->|
+    the next prefetch starts when less than half a window remains ahead of the reader.
 """
 
 from __future__ import annotations
@@ -25,42 +25,53 @@ class Decision:
 
 
 class ReadaheadPlanner:
-    """Tracks one open file's access pattern."""
+    """Tracks one open file's access pattern.
 
-    def __init__(self, *, initial_window: int = 128 * KiB, max_window: int = 4096 * KiB) -> None:
+    A read near the current stream (from the run's start up to `slack` past what was read or
+    prefetched; the kernel may deliver its own readahead requests out of order) continues the
+    run; anything else is a seek and starts a new run. Readahead starts only once a run has
+    read `trigger` bytes, so range reads (a 1 MiB column chunk, say) stay exact, and its window
+    is the run length so far, from `initial_window` up to `max_window`: the bytes a prefetch
+    can waste are bounded by the bytes the run already used.
+    """
+
+    def __init__(self, *, initial_window: int = 128 * KiB, max_window: int = 4096 * KiB,
+                 trigger: int = 4096 * KiB, slack: int = 1024 * KiB) -> None:
         self.initial_window = min(initial_window, max_window)
         self.max_window = max_window
+        self.trigger = trigger
+        self.slack = slack
+        self.run_start = 0
+        self.last_end: int | None = None  # furthest byte read in this run
+        self.frontier = 0  # end of what has been prefetched in this run
         self.window = 0
-        self.last_end: int | None = None
-        self.frontier = 0  # end of what has been prefetched so far
-
-    def reset(self) -> None:
-        self.window = 0
-        self.last_end = None
-        self.frontier = 0
 
     def plan(self, offset: int, size: int, file_length: int) -> Decision:
         length = max(0, min(size, file_length - offset))
         end = offset + length
-        sequential = self.last_end is not None and (
-            offset == self.last_end or (self.window > 0 and self.last_end <= offset < self.frontier)
-        )
-        prefetch = None
         if length == 0:
-            return Decision(offset, 0, None, sequential)
-        if not sequential:
-            self.window = 0
+            return Decision(offset, 0, None, False)
+        near = self.last_end is not None and self.run_start <= offset <= max(self.last_end, self.frontier) + self.slack
+        if not near:
+            self.run_start = offset
+            self.last_end = end
             self.frontier = end
-        elif self.max_window > 0:
-            self.window = self.initial_window if self.window == 0 else min(self.window * 2, self.max_window)
-            start = max(self.frontier, end)
-            if start - end < self.window // 2 and start < file_length:
-                stop = min(file_length, end + self.window)
-                if stop > start:
-                    prefetch = (start, stop - start)
-                    self.frontier = stop
-        self.last_end = max(end, self.last_end or 0) if sequential else end
-        return Decision(offset, length, prefetch, sequential)
+            self.window = 0
+            return Decision(offset, length, None, False)
+        assert self.last_end is not None
+        self.last_end = max(self.last_end, end)
+        run = self.last_end - self.run_start
+        if self.max_window <= 0 or run < self.trigger:
+            return Decision(offset, length, None, True)
+        self.window = min(self.max_window, max(self.initial_window, run))
+        start = max(self.frontier, end)
+        prefetch = None
+        if start - end < self.window // 2 and start < file_length:
+            stop = min(file_length, end + self.window)
+            if stop > start:
+                prefetch = (start, stop - start)
+                self.frontier = stop
+        return Decision(offset, length, prefetch, True)
 
 
 class ReadaheadBudget:

@@ -256,3 +256,19 @@ def test_fuzz_hand_parser(data: bytes) -> None:
         info = parsed.readOpChecksumInfo
         assert parsed.status == 0
         assert result == (info.checksum.type, info.checksum.bytesPerChecksum, info.chunkOffset)
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("kind", [CHECKSUM_CRC32C, CHECKSUM_CRC32])
+def test_every_crc_implementation_verifies_and_detects(native: bool, kind: int) -> None:
+    from hdfsfuse.checksum import native_crc32c
+
+    if native and kind == CHECKSUM_CRC32C and native_crc32c is None:
+        pytest.skip("google-crc32c (the `fast` extra) is not installed")
+    c = Checksum(kind, 512, native=native)
+    data = bytearray(BLOCK[:5000])
+    sums = Checksum(kind, 512, native=False).compute(bytes(data))
+    c.verify(memoryview(data), memoryview(sums), 0, "blk")
+    data[4999] ^= 1
+    with pytest.raises(errors.ChecksumMismatch, match="block offset 4608"):
+        c.verify(memoryview(data), memoryview(sums), 0, "blk")

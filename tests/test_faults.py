@@ -65,14 +65,18 @@ def test_corrupt_replica_through_the_mount(fresh_cluster, mount) -> None:  # typ
     c: MiniDfs = fresh_cluster(datanodes=3)
     data = c.put_bytes(random_bytes(3 * MiB, seed=71), "/corrupt")
     m = mount(c, "direct_io")
-    # The mount reads the NameNode's first replica; corrupt exactly that one.
-    first = c.blocks("/corrupt")[1]["xfer"][0]
-    c.corrupt_replica("/corrupt", 1, first, offset=1000, length=16)
-    assert open(m.path("/corrupt"), "rb").read() == data
+    c.corrupt_replica("/corrupt", 1, c.blocks("/corrupt")[1]["xfer"][0], offset=1000, length=16)
+    # The NameNode shuffles equally close replicas, so each open may start elsewhere: read until
+    # the corrupt one has been met (every read must be correct either way).
+    for _ in range(40):
+        assert open(m.path("/corrupt"), "rb").read() == data
+        if "checksum mismatch" in m.log_text():
+            break
     deadline = time.monotonic() + 30
     while c.corrupt_replicas("/corrupt") != [0, 1, 0]:
         assert time.monotonic() < deadline, "the NameNode never heard of the corrupt replica"
         time.sleep(0.1)
+    assert "reported corrupt replica" in m.log_text()
 
 
 def test_hung_datanode_moves_to_another_replica(fresh_cluster, mount) -> None:  # type: ignore[no-untyped-def]
@@ -81,8 +85,10 @@ def test_hung_datanode_moves_to_another_replica(fresh_cluster, mount) -> None:  
     m = mount(c, FAST, "direct_io")
     fd = os.open(m.path("/hang"), os.O_RDONLY)
     try:
-        assert os.pread(fd, 4096, 0) == data[:4096]  # a pooled connection to the first replica now exists
-        with blackhole([port(c.blocks("/hang")[0]["xfer"][0])]):
+        assert os.pread(fd, 4096, 0) == data[:4096]  # a pooled connection to the replica in use now exists
+        in_use = _connected([port(d["xfer"]) for d in c.datanodes])
+        assert len(in_use) == 1
+        with blackhole(in_use):
             assert os.pread(fd, 100_000, 5000) == data[5000:105_000]
             assert "trying the next replica" in m.log_text()
     finally:
@@ -144,9 +150,19 @@ def test_ha_failover_while_mounted(ha_cluster: MiniDfs, mount) -> None:  # type:
         assert os.listdir(m.path("/ha-mounted")) == ["f"]
 
 
-def _established(ports: list[int]) -> int:
+def _connected(ports: list[int]) -> list[int]:
+    """Which of these local ports have established connections (one entry per connection)."""
     out = subprocess.run(["ss", "-Htn", "state", "established"], capture_output=True, text=True).stdout
-    return sum(1 for line in out.splitlines() if any(line.split()[3].endswith(f":{p}") for p in ports))
+    found = []
+    for line in out.splitlines():
+        peer = int(line.split()[3].rsplit(":", 1)[1])
+        if peer in ports:
+            found.append(peer)
+    return found
+
+
+def _established(ports: list[int]) -> int:
+    return len(_connected(ports))
 
 
 def test_killed_reader_leaks_no_connections(fresh_cluster, mount) -> None:  # type: ignore[no-untyped-def]
