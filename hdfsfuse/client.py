@@ -143,6 +143,7 @@ class HdfsClient:
             try:
                 async with trio.open_nursery() as nursery:
                     client = cls(namenode, nursery=nursery, options=opts, stats=stats)
+                    nursery.start_soon(client.pool.reap_forever)
                     try:
                         yield client
                     finally:

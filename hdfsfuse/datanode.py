@@ -112,6 +112,12 @@ class ConnectionPool:
         self._idle.setdefault(address, collections.deque()).append((trio.current_time(), conn))
         self._count += 1
 
+    async def reap_forever(self) -> None:
+        """Close idle connections as they expire (the DataNode drops them after its keepalive)."""
+        while True:
+            await trio.sleep(self.idle_seconds / 2)
+            self._expire()
+
     def _expire(self) -> None:
         now = trio.current_time()
         for conns in self._idle.values():
