@@ -1,0 +1,28 @@
+"""The benchmark command runs end to end on tiny sizes (figures are not checked here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_bench_runs_on_tiny_sizes(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "tests.bench.run", "--tiny", "--out", str(tmp_path)],
+                       capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    report = (tmp_path / "report.md").read_text()
+    for contender in ("hdfsfuse mount (page cache)", "hdfsfuse mount (direct_io)", "hdfsfuse library",
+                      "Java stream read", "Java pread", "hdfs-native"):
+        assert contender in report
+    results = json.loads((tmp_path / "results.json").read_text())["results"]
+    workloads = {r["workload"].split()[0] for r in results}
+    assert workloads == {"W1", "W2", "W3", "W4", "W5", "W6", "W7"}
+    for row in results:
+        if not row["workload"].startswith("W5"):
+            assert row["app_bytes"] > 0 and row["wire_bytes"] >= row["app_bytes"], row
+    assert (tmp_path / "random-reads.png").stat().st_size > 1000
+    assert (tmp_path / "sequential.png").stat().st_size > 1000
