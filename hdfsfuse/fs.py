@@ -2,7 +2,7 @@
 
 Owns inode numbers (HDFS fileIds; the mount root is ROOT_INODE), lookup counts, the attribute,
 entry and negative-lookup caches, directory snapshots, open file handles with their readahead
-buffers, and the translation of every error into one errno and one log line (`_fuse_errors`).
+buffers, and the translation of every error into one errno and one log line (`_fuse_error`).
 Every request is bounded by `request_timeout`.
 """
 
@@ -192,15 +192,22 @@ class HdfsOperations(pyfuse3.Operations):
                 yield
         except pyfuse3.FUSEError:
             raise
-        except trio.TooSlowError:
+        except Exception as e:
+            raise self._fuse_error(op, what, e) from None
+
+    def _fuse_error(self, op: str, what: str, exc: Exception) -> pyfuse3.FUSEError:
+        """The one translation of a failure into an errno, with its one log line."""
+        if isinstance(exc, trio.TooSlowError):
             log.error("%s %s: no answer within request_timeout=%gs", op, what, self.options.request_timeout)
-            raise pyfuse3.FUSEError(errno.EIO) from None
-        except FileNotFound:
-            raise pyfuse3.FUSEError(errno.ENOENT) from None
-        except (HdfsError, ProtocolError, OSError) as e:
-            code = to_errno(e)
-            log.error("%s %s: %s (%s)", op, what, e, errno.errorcode.get(code, code))
-            raise pyfuse3.FUSEError(code) from None
+            return pyfuse3.FUSEError(errno.EIO)
+        if isinstance(exc, FileNotFound):
+            return pyfuse3.FUSEError(errno.ENOENT)
+        if not isinstance(exc, HdfsError | ProtocolError | OSError):
+            log.exception("%s %s: unexpected error", op, what)
+            return pyfuse3.FUSEError(errno.EIO)
+        code = to_errno(exc)
+        log.error("%s %s: %s (%s)", op, what, exc, errno.errorcode.get(code, code))
+        return pyfuse3.FUSEError(code)
 
     # ----- metadata -------------------------------------------------------------------------------
 
@@ -372,15 +379,26 @@ class HdfsOperations(pyfuse3.Operations):
         key = (file.status.modification_time, file.length)
         keep = self._cache_keys.get(inode) == key
         self._cache_keys[inode] = key
-        if inode in self._attrs and self._attrs[inode][1].st_size != file.length:
-            self._remember(file.status, path)  # the size the kernel sees follows what we can read
-            self._attrs[inode][1].st_size = file.length
+        cached = self._attrs.get(inode)
+        if cached is not None and cached[1].st_size != file.length:
+            # A file being written: what can be read has moved past the size the kernel knows.
+            # Update our attributes and make the kernel ask again (after this open returns).
+            attrs = self._remember(file.status, path)
+            attrs.st_size = file.length
+            self._nursery.start_soon(self._invalidate_attributes, inode)
         fh = self._next_fh
         self._next_fh += 1
         max_window = 0 if self.options.readahead_max <= 0 else self.options.readahead_max
         self._files[fh] = _OpenFile(file, ReadaheadPlanner(max_window=max_window))
         info = pyfuse3.FileInfo(fh=fh, direct_io=self.options.direct_io, keep_cache=keep and not self.options.direct_io)
         return info
+
+    @staticmethod
+    async def _invalidate_attributes(inode: int) -> None:
+        try:
+            pyfuse3.invalidate_inode(inode, attr_only=True)
+        except OSError as e:  # the kernel may have forgotten the inode already
+            log.debug("invalidating attributes of inode %d: %s", inode, e)
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
         handle = self._files.get(fh)
@@ -392,15 +410,19 @@ class HdfsOperations(pyfuse3.Operations):
         if decision.length == 0:
             return b""
         end = off + decision.length
-        async with self._request("read", f"{file.path} [{off}, +{decision.length})"):
-            if decision.prefetch is not None:
-                self._start_prefetch(handle, *decision.prefetch)
-            elif not decision.sequential:
-                self._drop_chunks(handle, before=None)
-            data = await self._from_chunks(handle, off, end)
-            if data is None:
-                data = await self.client.fetch_range(file, off, decision.length)
-            self._drop_chunks(handle, before=off)
+        try:  # the hot path: no context-manager layers, the same bound and error translation
+            with trio.fail_after(self.options.request_timeout):
+                if decision.prefetch is not None:
+                    self._start_prefetch(handle, *decision.prefetch)
+                elif not decision.sequential:
+                    self._drop_chunks(handle, before=None)
+                data = await self._from_chunks(handle, off, end) if handle.chunks else None
+                if data is None:
+                    data = await self.client.fetch_range(file, off, decision.length)
+                if handle.chunks:
+                    self._drop_chunks(handle, before=off)
+        except Exception as e:
+            raise self._fuse_error("read", f"{file.path} [{off}, +{decision.length})", e) from None
         self.stats.app_bytes += len(data)
         return data  # type: ignore[return-value]  # pyfuse3 takes any contiguous buffer
 

@@ -221,15 +221,21 @@ def test_page_cache_kept_while_unchanged_and_dropped_on_change(cluster: MiniDfs,
 
 def test_file_being_written_can_be_tailed(cluster: MiniDfs, shared_mount: Mount, data_dir: str) -> None:
     path = f"{data_dir}/uc"
-    part = random_bytes(300_000, seed=66)
-    src = local_copy(part)
-    cluster.append_open(path, src)
+    part1, part2 = random_bytes(300_000, seed=66), random_bytes(100_000, seed=67)
+    src1, src2 = local_copy(part1), local_copy(part2)
+    cluster.append_open(path, src1)
     try:
         out = subprocess.run(["tail", "-c", "500", shared_mount.path(path)], capture_output=True, check=True).stdout
-        assert out == part[-500:]
+        assert out == part1[-500:]
+        # More data in the same block: the NameNode's length does not move, the visible length does.
+        cluster.append_open(path, src2)
+        out = subprocess.run(["tail", "-c", "500", shared_mount.path(path)], capture_output=True, check=True).stdout
+        assert out == part2[-500:]
+        assert open(shared_mount.path(path), "rb").read() == part1 + part2
     finally:
         cluster.append_close(path)
-        os.unlink(src)
+        os.unlink(src1)
+        os.unlink(src2)
 
 
 def test_symlink_points_into_the_mount(cluster: MiniDfs, shared_mount: Mount, data_dir: str) -> None:
