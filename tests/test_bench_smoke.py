@@ -22,7 +22,10 @@ def test_bench_runs_on_tiny_sizes(tmp_path: Path) -> None:
     workloads = {r["workload"].split()[0] for r in results}
     assert workloads == {"W1", "W2", "W3", "W4", "W5", "W6", "W7"}
     for row in results:
-        if not row["workload"].startswith("W5"):
-            assert row["app_bytes"] > 0 and row["wire_bytes"] >= row["app_bytes"], row
+        if row["workload"].startswith("W5"):
+            continue
+        assert row["app_bytes"] > 0 and row["wire_bytes"] > 0, row
+        if "page cache" not in row["contender"]:  # the page cache may serve repeated ranges itself
+            assert row["wire_bytes"] >= row["app_bytes"], row
     assert (tmp_path / "random-reads.png").stat().st_size > 1000
     assert (tmp_path / "sequential.png").stat().st_size > 1000
