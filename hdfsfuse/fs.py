@@ -382,10 +382,12 @@ class HdfsOperations(pyfuse3.Operations):
         cached = self._attrs.get(inode)
         if cached is not None and cached[1].st_size != file.length:
             # A file being written: what can be read has moved past the size the kernel knows.
-            # Update our attributes and make the kernel ask again (after this open returns).
+            # Update our attributes and make the kernel ask again before this open returns, so
+            # the caller's next fstat (tail does one) sees the new size. Invalidating attributes
+            # only takes no page or inode lock, so it cannot deadlock with this request.
             attrs = self._remember(file.status, path)
             attrs.st_size = file.length
-            self._nursery.start_soon(self._invalidate_attributes, inode)
+            self._invalidate_attributes(inode)
         fh = self._next_fh
         self._next_fh += 1
         max_window = 0 if self.options.readahead_max <= 0 else self.options.readahead_max
@@ -394,7 +396,7 @@ class HdfsOperations(pyfuse3.Operations):
         return info
 
     @staticmethod
-    async def _invalidate_attributes(inode: int) -> None:
+    def _invalidate_attributes(inode: int) -> None:
         try:
             pyfuse3.invalidate_inode(inode, attr_only=True)
         except OSError as e:  # the kernel may have forgotten the inode already

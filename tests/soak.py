@@ -92,8 +92,12 @@ def soak(seconds: float, readers: int, file_mib: int = 24, files: int = 4) -> di
             samples.append(daemon_sample(pid))
         for t in threads:
             t.join()
-        time.sleep(4)  # idle pooled connections expire after 3 s
+        # Idle pooled connections expire after 3 s; give the reaper a few rounds.
+        deadline = time.monotonic() + 15
         end_rss, end_sockets = daemon_sample(pid)
+        while end_sockets > start_sockets and time.monotonic() < deadline:
+            time.sleep(0.5)
+            end_rss, end_sockets = daemon_sample(pid)
         mount.unmount()
         return {**counts, "seconds": seconds, "readers": readers,
                 "rss_kib_start": start_rss, "rss_kib_end": end_rss,
