@@ -384,7 +384,7 @@ class HdfsOperations(pyfuse3.Operations):
             # A file being written: what can be read has moved past the size the kernel knows.
             # Update our attributes and make the kernel ask again before this open returns, so
             # the caller's next fstat (tail does one) sees the new size. Invalidating attributes
-            # only takes no page or inode lock, so it cannot deadlock with this request.
+            # alone (no pages) takes no page or inode lock, so it cannot deadlock this request.
             attrs = self._remember(file.status, path)
             attrs.st_size = file.length
             self._invalidate_attributes(inode)
