@@ -412,8 +412,9 @@ class HdfsOperations(pyfuse3.Operations):
         if decision.length == 0:
             return b""
         end = off + decision.length
-        try:  # the hot path: no context-manager layers, the same bound and error translation
-            with trio.fail_after(self.options.request_timeout):
+        data: bytes | bytearray | memoryview | None = None
+        try:  # the hot path: a bare cancel scope, the same bound and error translation as _request
+            with trio.CancelScope(deadline=trio.current_time() + self.options.request_timeout):
                 if decision.prefetch is not None:
                     self._start_prefetch(handle, *decision.prefetch)
                 elif not decision.sequential:
@@ -423,6 +424,8 @@ class HdfsOperations(pyfuse3.Operations):
                     data = await self.client.fetch_range(file, off, decision.length)
                 if handle.chunks:
                     self._drop_chunks(handle, before=off)
+            if data is None:
+                raise trio.TooSlowError
         except Exception as e:
             raise self._fuse_error("read", f"{file.path} [{off}, +{decision.length})", e) from None
         self.stats.app_bytes += len(data)
