@@ -10,6 +10,7 @@ and is checksummed over its real length. Each checksum is a 4-byte big-endian in
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from collections.abc import Callable
@@ -69,6 +70,12 @@ class Checksum:
                 self._needs_bytes = True
             else:
                 self._func = crc32c
+
+    @staticmethod
+    @functools.cache
+    def of(kind: int, bytes_per_checksum: int) -> Checksum:
+        """The shared instance for a scheme: every read of a cluster uses one or two of them."""
+        return Checksum(kind, bytes_per_checksum)
 
     @property
     def name(self) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import trio
 
 from hdfsfuse import __version__
-from hdfsfuse.config import load_hadoop_conf, resolve_uri
+from hdfsfuse.config import NameNodeTarget, load_hadoop_conf, resolve_uri
 from hdfsfuse.daemon import check_mountpoint, mount_entry, notify_systemd, run_mount
 from hdfsfuse.errors import ConfigError, HdfsError
 from hdfsfuse.fs import STATS_XATTR
@@ -115,7 +115,7 @@ def cmd_mount(source: str, mountpoint: str, option_strings: list[str], foregroun
     return _background(source, target, mountpoint, options, debug)
 
 
-def _serve(source: str, target, mountpoint: str, options: MountOptions, debug: bool,  # type: ignore[no-untyped-def]
+def _serve(source: str, target: NameNodeTarget, mountpoint: str, options: MountOptions, debug: bool,
            ready: Callable[[], None], on_error: Callable[[str], None] | None = None) -> int:
     try:
         trio.run(run_mount, source, target, mountpoint, options, ready, debug)
@@ -134,7 +134,7 @@ def _serve(source: str, target, mountpoint: str, options: MountOptions, debug: b
     return 0
 
 
-def _background(source: str, target, mountpoint: str, options: MountOptions, debug: bool) -> int:  # type: ignore[no-untyped-def]
+def _background(source: str, target: NameNodeTarget, mountpoint: str, options: MountOptions, debug: bool) -> int:
     """Fork; the parent returns once the child reports the mount exists (or why it failed)."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()

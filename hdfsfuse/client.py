@@ -268,15 +268,15 @@ class HdfsClient:
         return sorted(replicas, key=lambda r: r[0] in self._dead_until)
 
     async def _read_piece(self, file: HdfsFile, piece: Piece) -> bytearray:
-        timeouts = self.options.timeouts
+        total = self.options.timeouts.total
         failures: dict[str, str] = {}
-        block_id = file.blocks[piece.block_index].b.blockId
-        with trio.move_on_after(timeouts.total):
+        with trio.move_on_after(total):
             return await self._read_piece_with_failover(file, piece, failures)
         detail = "; ".join(f"{a}: {why}" for a, why in failures.items()) or "no replica answered"
+        block_id = file.blocks[piece.block_index].b.blockId
         message = (
             f"{file.path}: block {block_id} (file offset {file.starts[piece.block_index] + piece.offset_in_block}) "
-            f"not read within {timeouts.total:g}s; {detail}"
+            f"not read within {total:g}s; {detail}"
         )
         log.error("%s", message)
         raise BlockUnavailable(message)
@@ -288,7 +288,7 @@ class HdfsClient:
         while True:
             block = file.blocks[piece.block_index]
             plan = file.block_plan(piece.block_index, self.client_name)
-            request = dtp.encode_read_block_field(plan.header_field, piece.offset_in_block, piece.length)
+            request = dtp.encode_read_block(plan.header_field, piece.offset_in_block, piece.length)
             what = plan.what
             corrupt: list[hdfs_pb2.DatanodeInfoProto] = []
             restart = False

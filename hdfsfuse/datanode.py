@@ -225,9 +225,9 @@ async def read_replica(
             conn.close()
             continue
         except BaseException:
-            stats.dn_payload_bytes += parser.received
             conn.close()
             raise
-        stats.dn_payload_bytes += parser.received
+        finally:
+            stats.dn_payload_bytes += parser.received  # what crossed the wire, even if the read failed
         pool.give(address, conn)
         return parser.output

@@ -87,13 +87,8 @@ def header_field(op_header: bytes) -> bytes:
 _READ_TAIL = b"\x20\x01\x2a\x00"  # 4: sendChecksums = true; 5: cachingStrategy = {} (DataNode defaults)
 
 
-def encode_read_block(op_header: bytes, offset: int, length: int) -> bytes:
-    """OP_READ_BLOCK for `length` bytes at `offset` in the block, as one byte string."""
-    return encode_read_block_field(header_field(op_header), offset, length)
-
-
-def encode_read_block_field(field1: bytes, offset: int, length: int) -> bytes:
-    """The hot-path form of `encode_read_block`, given `header_field(op_header)`."""
+def encode_read_block(field1: bytes, offset: int, length: int) -> bytes:
+    """OP_READ_BLOCK for `length` bytes at `offset` in the block, given `header_field(op_header)`."""
     body = field1 + b"\x10" + encode_varint(offset) + b"\x18" + encode_varint(length) + _READ_TAIL
     return _OP_PREFIX + encode_varint(len(body)) + body
 
@@ -180,16 +175,20 @@ class ReadBlockParser:
         self.what = what
         self.output = bytearray(length)
         self.checksum: Checksum | None = None
-        self.received = 0  # payload bytes received, alignment included
         self._buf = bytearray()
         self._state = "response"
         self._seqno = 0
+        self._start_pos = 0  # chunkOffset: where the DataNode's aligned range starts
         self._pos = 0  # block offset of the next expected packet byte
-        self._written = 0
 
     @property
     def done(self) -> bool:
         return self._state == "done"
+
+    @property
+    def received(self) -> int:
+        """Payload bytes received so far, chunk alignment included."""
+        return self._pos - self._start_pos
 
     @property
     def buffered(self) -> int:
@@ -237,14 +236,14 @@ class ReadBlockParser:
         return self._start(info.checksum.type, info.checksum.bytesPerChecksum, info.chunkOffset)
 
     def _start(self, kind: int, bytes_per_checksum: int, chunk_offset: int) -> ReadStarted:
-        checksum = Checksum(kind, bytes_per_checksum)
+        checksum = Checksum.of(kind, bytes_per_checksum)
         if not (self.offset - checksum.bytes_per_checksum < chunk_offset <= self.offset):
             raise ProtocolError(
                 f"{self.what}: chunkOffset {chunk_offset} does not align read offset {self.offset} "
                 f"to {checksum.bytes_per_checksum}-byte chunks"
             )
         self.checksum = checksum
-        self._pos = chunk_offset
+        self._start_pos = self._pos = chunk_offset
         self._state = "packets"
         return ReadStarted(checksum, chunk_offset)
 
@@ -285,7 +284,7 @@ class ReadBlockParser:
         if data_len == 0:
             if not last:
                 raise ProtocolError(f"{self.what}: empty packet not marked last")
-            if self._pos < end or self._written != self.length:
+            if self._pos < end:  # packets are contiguous from chunkOffset <= offset
                 raise ProtocolError(f"{self.what}: read ended at block offset {self._pos}, before {end}")
             self._state = "done"
             ok = self.checksum.kind != CHECKSUM_NULL
@@ -303,9 +302,7 @@ class ReadBlockParser:
         hi = min(end, offset + data_len)
         if hi > lo:
             self.output[lo - self.offset : hi - self.offset] = data[lo - offset : hi - offset]
-            self._written += hi - lo
         self._pos = offset + data_len
-        self.received += data_len
         return PacketReceived(data_len)
 
 

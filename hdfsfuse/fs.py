@@ -16,7 +16,7 @@ import os
 import pwd
 import stat
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -52,20 +52,19 @@ class IdentityMap:
         self._groups: dict[str, int] = {}
 
     def user(self, name: str) -> int:
-        if name not in self._users:
-            try:
-                self._users[name] = pwd.getpwnam(name).pw_uid
-            except KeyError:
-                self._users[name] = self.uid
-        return self._users[name]
+        return self._resolve(self._users, name, lambda n: pwd.getpwnam(n).pw_uid, self.uid)
 
     def group(self, name: str) -> int:
-        if name not in self._groups:
+        return self._resolve(self._groups, name, lambda n: grp.getgrnam(n).gr_gid, self.gid)
+
+    @staticmethod
+    def _resolve(cache: dict[str, int], name: str, lookup: Callable[[str], int], fallback: int) -> int:
+        if name not in cache:
             try:
-                self._groups[name] = grp.getgrnam(name).gr_gid
+                cache[name] = lookup(name)
             except KeyError:
-                self._groups[name] = self.gid
-        return self._groups[name]
+                cache[name] = fallback
+        return cache[name]
 
 
 @dataclass
@@ -390,10 +389,8 @@ class HdfsOperations(pyfuse3.Operations):
             self._invalidate_attributes(inode)
         fh = self._next_fh
         self._next_fh += 1
-        max_window = 0 if self.options.readahead_max <= 0 else self.options.readahead_max
-        self._files[fh] = _OpenFile(file, ReadaheadPlanner(max_window=max_window))
-        info = pyfuse3.FileInfo(fh=fh, direct_io=self.options.direct_io, keep_cache=keep and not self.options.direct_io)
-        return info
+        self._files[fh] = _OpenFile(file, ReadaheadPlanner(max_window=self.options.readahead_max))
+        return pyfuse3.FileInfo(fh=fh, direct_io=self.options.direct_io, keep_cache=keep and not self.options.direct_io)
 
     @staticmethod
     def _invalidate_attributes(inode: int) -> None:

@@ -41,6 +41,21 @@ def data_dir(cluster: MiniDfs, request: pytest.FixtureRequest) -> str:
     return path
 
 
+def wait_until(condition: Callable[[], object], what: str, limit: float = 30.0) -> None:
+    """Poll until `condition()` holds; fail naming `what` if it never does.
+
+    A liveness bound for something the cluster or daemon does in the background (a report
+    reaching the NameNode, an idle socket expiring), not a speed threshold.
+    """
+    import time
+
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} (waited {limit:g}s)")
+        time.sleep(0.1)
+
+
 def random_bytes(n: int, seed: int) -> bytes:
     import random
 
