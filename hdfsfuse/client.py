@@ -1,12 +1,15 @@
 """The hdfsfuse client library: open HDFS files and read exact byte ranges. Does I/O.
 
     HdfsClient.read_range(path_or_file, offset, length)
-        -> planner.plan_pieces(): one piece per block the range touches
-        -> _read_piece(): replica choice, failover, token refresh, bad-block reports
+        -> blockmap.BlockMap.pieces(): one piece per block the range touches (locations are
+           fetched in windows, on demand, and pinned to the file's block ids)
+        -> _read_piece(): failover, hedging, token refresh, bad-block reports
         -> datanode.read_replica(): one exact-length OP_READ_BLOCK on a pooled connection
 
-Replica choice follows the NameNode's order, skipping DataNodes that failed recently (a memory
-that expires). When every replica fails, the block's locations are fetched again once. A
+An open file is pinned to its fileId: locations are fetched through `/.reserved/.inodes/<id>`
+(a rename keeps reading; a replaced file fails with FileChanged, never another file's bytes).
+Replica order and hedging live in `replicas.ReplicaPolicy`; failures of one block are remembered
+for that block only. When every replica fails, the block's locations are fetched again once. A
 corrupt replica is reported to the NameNode. Each block read is bounded by `Timeouts.total`.
 """
 
@@ -14,27 +17,32 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
+from google.protobuf.message import DecodeError
 
 from hdfsfuse import dtp, ipc
-from hdfsfuse.config import NameNodeTarget, load_hadoop_conf, resolve_uri
-from hdfsfuse.datanode import ConnectionPool, Timeouts, read_replica
+from hdfsfuse.blockmap import BlockMap
+from hdfsfuse.config import ClusterSettings, NameNodeTarget, load_hadoop_conf, resolve_uri
+from hdfsfuse.datanode import ConnectFailed, ConnectionPool, Timeouts, read_replica
 from hdfsfuse.errors import (
     AuthenticationRequired,
     BlockUnavailable,
     ChecksumMismatch,
+    FileChanged,
     FileNotFound,
     HdfsError,
     IsADirectory,
     NotSupported,
 )
 from hdfsfuse.namenode import FileStatus, LocatedBlock, NameNodeClient
-from hdfsfuse.planner import Piece, clamp, plan_pieces
+from hdfsfuse.planner import Piece, clamp
 from hdfsfuse.proto import hdfs_pb2
+from hdfsfuse.replicas import ReplicaPolicy
 from hdfsfuse.rpc import RpcConnection
 from hdfsfuse.stats import Stats
 from hdfsfuse.wire import ProtocolError
@@ -53,71 +61,107 @@ class ClientOptions:
     namenode_call_timeout: float = 20.0
     namenode_total_timeout: float = 60.0
     namenode_connect_timeout: float = 5.0
-    dead_node_seconds: float = 30.0
+    connect_penalty_seconds: float = 3.0  # a DataNode that refused a connection is tried last this long
+    hedge_after: float | None = -1.0  # seconds; -1 adapts to DataNode latency; None never hedges
+    length_refresh_seconds: float = 0.5  # how often a file being written re-learns its readable length
+    location_window_blocks: int = 10  # block locations fetched per getBlockLocations (as Java does)
     pool_idle_seconds: float = 3.0
     pool_capacity: int = 64
 
 
-def _xfer_address(loc: hdfs_pb2.DatanodeInfoProto) -> str:
-    return f"{loc.id.ipAddr}:{loc.id.xferPort}"
+def xfer_address(loc: hdfs_pb2.DatanodeInfoProto, use_hostname: bool = False) -> str:
+    """"host:port" of a DataNode's data port ("[v6addr]:port" for IPv6 literals)."""
+    host = loc.id.hostName if use_hostname and loc.id.hostName else loc.id.ipAddr
+    return f"[{host}]:{loc.id.xferPort}" if ":" in host else f"{host}:{loc.id.xferPort}"
+
+
+def locate_path(path: str, file_id: int) -> str:
+    """The path that always names this file: its inode, unless it lives in a snapshot.
+
+    A rename keeps the inode path valid; a replaced file has another fileId. Snapshot copies share
+    the live file's fileId, so they are located by their own (immutable) path.
+    """
+    if file_id and ".snapshot" not in path.split("/"):
+        return f"/.reserved/.inodes/{file_id}"
+    return path
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BlockPlan:
     header_field: bytes  # OpReadBlockProto field 1, encoded
-    replicas: list[tuple[str, hdfs_pb2.DatanodeInfoProto, str]]  # (address, DatanodeInfo, description)
+    replicas: list[tuple[str, tuple[hdfs_pb2.DatanodeInfoProto, str]]]  # (address, (DatanodeInfo, description))
     what: str
 
 
 class HdfsFile:
-    """An open HDFS file: its status, its located blocks and its readable length."""
+    """An open HDFS file, pinned to its fileId and block ids: its located blocks and readable length."""
 
-    def __init__(self, path: str, status: FileStatus) -> None:
+    def __init__(self, path: str, status: FileStatus, window: int) -> None:
         self.path = path
         self.status = status
         self.file_id = status.fileId
+        self.locate_path = locate_path(path, status.fileId)
+        self.window = window  # bytes of block locations per NameNode call
+        self.map = BlockMap(path)
         self.length = 0
         self.under_construction = False
-        self.blocks: list[LocatedBlock] = []
-        self.starts: list[int] = []
-        self.lengths: list[int] = []
+        self.length_checked = -math.inf  # trio time of the last length refresh
+        self.length_unknown = ""  # why the readable length of a block being written is unknown
+        self.opened = False
+        self.dead: dict[int, set[str]] = {}  # block start -> DataNodes that failed reading it
         self._plans: dict[int, BlockPlan] = {}
 
-    def set_blocks(self, blocks: list[LocatedBlock], length: int, under_construction: bool) -> None:
-        self.blocks = blocks
-        self.starts = [b.offset for b in blocks]
-        self.lengths = [b.b.numBytes for b in blocks]
-        self.length = length
-        self.under_construction = under_construction
-        self._plans = {}
+    @property
+    def blocks(self) -> list[LocatedBlock]:
+        return self.map.blocks
 
-    def block_plan(self, index: int, client_name: str) -> BlockPlan:
-        """What every read of block `index` reuses: the encoded op header and the replicas."""
-        plan = self._plans.get(index)
+    def forget_plans(self, starts: list[int] | None = None) -> None:
+        """Drop cached op headers and replica lists (all, or those of blocks starting at `starts`)."""
+        if starts is None:
+            self._plans = {}
+        else:
+            for start in starts:
+                self._plans.pop(start, None)
+
+    def block_plan(self, start: int, client_name: str, use_hostname: bool) -> BlockPlan:
+        """What every read of the block at `start` reuses: the encoded op header and the replicas."""
+        plan = self._plans.get(start)
         if plan is None:
-            block = self.blocks[index]
+            block = self.map.block_at(start)
             what = f"block {block.b.blockId} of {self.path}"
             replicas = []
             for loc in block.locs:
-                address = _xfer_address(loc)
-                replicas.append((address, loc, f"{what} on DataNode {address}"))
+                address = xfer_address(loc, use_hostname)
+                replicas.append((address, (loc, f"{what} on DataNode {address}")))
             header = dtp.header_field(dtp.encode_op_header(block.b, block.blockToken, client_name))
-            plan = self._plans[index] = BlockPlan(header, replicas, what)
+            plan = self._plans[start] = BlockPlan(header, replicas, what)
         return plan
+
+
+@dataclasses.dataclass(slots=True)
+class _Outcome:
+    """What one round over a block's replicas gave: data, or why not."""
+
+    data: bytearray | None = None
+    token_refused: bool = False
+    corrupt: list[hdfs_pb2.DatanodeInfoProto] = dataclasses.field(default_factory=list)
 
 
 class HdfsClient:
     def __init__(
         self, namenode: NameNodeClient, *, nursery: trio.Nursery, options: ClientOptions | None = None,
-        stats: Stats | None = None,
+        stats: Stats | None = None, settings: ClusterSettings | None = None,
     ) -> None:
         self.namenode = namenode
         self.options = options or ClientOptions()
         self.stats = stats or Stats()
+        self.settings = settings or ClusterSettings()
         self.client_name = f"hdfsfuse-{uuid.uuid4()}"
         self.pool = ConnectionPool(idle_seconds=self.options.pool_idle_seconds, capacity=self.options.pool_capacity)
+        self.replicas = ReplicaPolicy(
+            connect_penalty=self.options.connect_penalty_seconds, hedge_after=self.options.hedge_after,
+        )
         self._nursery = nursery
-        self._dead_until: dict[str, float] = {}
 
     @classmethod
     @asynccontextmanager
@@ -142,7 +186,7 @@ class HdfsClient:
         ) as namenode:
             try:
                 async with trio.open_nursery() as nursery:
-                    client = cls(namenode, nursery=nursery, options=opts, stats=stats)
+                    client = cls(namenode, nursery=nursery, options=opts, stats=stats, settings=target.settings)
                     nursery.start_soon(client.pool.reap_forever)
                     try:
                         yield client
@@ -156,21 +200,20 @@ class HdfsClient:
 
     # ----- opening files --------------------------------------------------------------------------
 
-    async def open(self, path: str) -> HdfsFile:
-        status = await self.namenode.get_file_info(path)
+    async def open(self, path: str, *, file_id: int = 0) -> HdfsFile:
+        """Open a file by path, or (with `file_id`) exactly the file with that inode id."""
+        lookup = locate_path(path, file_id)
+        status = await self.namenode.get_file_info(lookup)
         if status is None:
             raise FileNotFound(f"{path}: no such file")
         if status.fileType == hdfs_pb2.HdfsFileStatusProto.IS_DIR:
             raise IsADirectory(f"{path}: is a directory")
         self.check_supported(path, status)
-        defaults = await self.namenode.get_server_defaults()
-        if defaults.encryptDataTransfer:
-            raise NotSupported(
-                "the cluster sets dfs.encrypt.data.transfer=true (encryptDataTransfer in the server "
-                "defaults); hdfsfuse does not support encrypted data transfer"
-            )
-        file = HdfsFile(path, status)
-        await self.refresh(file)
+        await self.check_data_transfer()
+        blocksize = status.blocksize or 128 * 1024 * 1024
+        file = HdfsFile(path, status, window=self.options.location_window_blocks * blocksize)
+        await self._locate(file, 0, file.window)
+        file.opened = True
         return file
 
     @staticmethod
@@ -180,35 +223,91 @@ class HdfsClient:
         if status.HasField("fileEncryptionInfo") or status.flags & HAS_CRYPT:
             raise NotSupported(f"{path}: files in an encryption zone are not supported")
 
+    async def check_data_transfer(self) -> None:
+        """Refuse, from the cluster's own settings, DataNode connections that need SASL."""
+        defaults = await self.namenode.get_server_defaults()
+        if defaults.encryptDataTransfer:
+            raise NotSupported(
+                "the cluster sets dfs.encrypt.data.transfer=true (encryptDataTransfer in the server "
+                "defaults); hdfsfuse does not support encrypted data transfer"
+            )
+        if self.settings.data_transfer_protection:
+            raise AuthenticationRequired(
+                f"the cluster sets dfs.data.transfer.protection={self.settings.data_transfer_protection}; "
+                "hdfsfuse does not support SASL on DataNode connections"
+            )
+
     async def refresh(self, file: HdfsFile) -> None:
-        """Fetch the file's block locations (fresh tokens, current replicas and length)."""
-        lbs = await self.namenode.get_block_locations(file.path, 0, WHOLE_FILE)
+        """Fetch fresh locations, tokens and length for the blocks the file knows (and its end)."""
+        await self._locate(file, 0, max(file.window, file.length))
+
+    async def grow(self, file: HdfsFile, *, strict: bool = True) -> None:
+        """For a file being written: learn how far it can be read now (rate-limited).
+
+        `strict` (a read at or past the known end): raise when the readable length cannot be
+        known, rather than answer a silently short end of file.
+        """
+        if not file.under_construction:
+            return
+        if trio.current_time() - file.length_checked >= self.options.length_refresh_seconds:
+            await self._locate(file, max(0, file.length - 1), 1)
+        if strict and file.length_unknown:
+            raise BlockUnavailable(file.length_unknown)
+
+    async def _locate(self, file: HdfsFile, offset: int, length: int) -> None:
+        """Fetch the window of locations at `offset` and merge it into the file's pinned block map."""
+        try:
+            lbs = await self.namenode.get_block_locations(file.locate_path, offset, max(length, file.window))
+        except FileNotFound:
+            if not file.opened:
+                raise
+            self.stats.files_changed += 1
+            raise FileChanged(f"{file.path} was deleted or replaced since it was opened") from None
         if lbs.HasField("ecPolicy"):
             raise NotSupported(f"{file.path}: erasure-coded files are not supported")
         if lbs.HasField("fileEncryptionInfo"):
             raise NotSupported(f"{file.path}: files in an encryption zone are not supported")
         blocks = list(lbs.blocks)
         length = lbs.fileLength
-        uc = lbs.underConstruction and not lbs.isLastBlockComplete and lbs.HasField("lastBlock")
-        if uc:
+        unknown = ""
+        if lbs.HasField("lastBlock"):
             last = hdfs_pb2.LocatedBlockProto()
             last.CopyFrom(lbs.lastBlock)
-            visible = await self._visible_length(file.path, last)
-            last.b.numBytes = visible
-            if blocks and blocks[-1].b.blockId == last.b.blockId:
-                blocks[-1] = last
-            elif visible:
+            if lbs.underConstruction and not lbs.isLastBlockComplete:
+                visible, unknown = await self._visible_length(file.path, last)
+                last.b.numBytes = visible
+                length = lbs.fileLength + visible
+            blocks = [b for b in blocks if b.b.blockId != last.b.blockId]
+            if last.b.numBytes or last.locs:
                 blocks.append(last)
-            length = lbs.fileLength + visible
-        file.set_blocks(blocks, length, bool(lbs.underConstruction))
+        try:
+            changed = file.map.merge(blocks)
+        except FileChanged:
+            self.stats.files_changed += 1
+            raise
+        file.forget_plans(changed)
+        file.length = length
+        file.under_construction = bool(lbs.underConstruction)
+        file.length_unknown = unknown
+        file.length_checked = trio.current_time()
 
-    async def _visible_length(self, path: str, last: LocatedBlock) -> int:
-        """The readable length of a block being written (what Java's DFSInputStream does)."""
+    async def _visible_length(self, path: str, last: LocatedBlock) -> tuple[int, str]:
+        """The readable length of a block being written, as Java's DFSInputStream learns it.
+
+        Returns (length, "") or, when no DataNode can say, (the NameNode's figure, why not).
+        """
         if not last.locs:
-            return 0
+            if last.b.numBytes:
+                return last.b.numBytes, f"{path}: the block being written has no locations yet"
+            return 0, ""
         if last.blockToken.identifier:
-            # The DataNode IPC needs SASL with the block token when tokens are on: use the NN's figure.
-            return last.b.numBytes
+            # ClientDatanodeProtocol checks the block token, which needs SASL (DIGEST-MD5) on the IPC.
+            return last.b.numBytes, (
+                f"{path}: the readable length of block {last.b.blockId}, being written, needs the DataNode's "
+                "getReplicaVisibleLength with the block token (SASL on DataNode IPC), which hdfsfuse does not "
+                "support yet; reading past the NameNode's length is refused"
+            )
+        errors = []
         for loc in last.locs:
             conn = RpcConnection(
                 loc.id.ipAddr, loc.id.ipcPort, user=self.namenode.user, nursery=self._nursery,
@@ -220,12 +319,14 @@ class HdfsClient:
                     hdfs_pb2.GetReplicaVisibleLengthRequestProto(block=last.b).SerializeToString(),
                     timeout=self.options.timeouts.read,
                 )
-                return hdfs_pb2.GetReplicaVisibleLengthResponseProto.FromString(body).length
-            except (HdfsError, ProtocolError) as e:
-                log.warning("%s: getReplicaVisibleLength on %s:%d failed: %s", path, loc.id.ipAddr, loc.id.ipcPort, e)
+                return hdfs_pb2.GetReplicaVisibleLengthResponseProto.FromString(body).length, ""
+            except (HdfsError, ProtocolError, DecodeError) as e:
+                errors.append(f"{loc.id.ipAddr}:{loc.id.ipcPort}: {e}")
             finally:
                 await conn.aclose()
-        return last.b.numBytes
+        why = f"{path}: no DataNode gave the readable length of block {last.b.blockId}: {'; '.join(errors)}"
+        log.warning("%s", why)
+        return last.b.numBytes, why
 
     # ----- reading ------------------------------------------------------------------------------
 
@@ -239,10 +340,17 @@ class HdfsClient:
         """Read a range without counting it as application bytes (the mount counts its own)."""
         if isinstance(file, str):
             file = await self.open(file)
+        if file.under_construction and offset + length > file.length:
+            await self.grow(file, strict=offset >= file.length)
         n = clamp(offset, length, file.length)
         if n == 0:
             return b""
-        pieces = plan_pieces(file.starts, file.lengths, offset, n)
+        if file.map.first_gap(offset, n) is not None:
+            await self._fill_gaps(file, offset, n)
+            n = clamp(offset, length, file.length)
+            if n == 0:
+                return b""
+        pieces = file.map.pieces(offset, n)
         if len(pieces) == 1:
             return await self._read_piece(file, pieces[0])
         result = bytearray(n)
@@ -258,14 +366,17 @@ class HdfsClient:
             raise group.exceptions[0] from None
         return result
 
-    def _replica_order(self, replicas: list[tuple[str, hdfs_pb2.DatanodeInfoProto, str]]
-                       ) -> list[tuple[str, hdfs_pb2.DatanodeInfoProto, str]]:
-        """The NameNode's order, with DataNodes that failed recently moved to the end."""
-        if not self._dead_until:
-            return replicas
-        now = trio.current_time()
-        self._dead_until = {a: t for a, t in self._dead_until.items() if t > now}
-        return sorted(replicas, key=lambda r: r[0] in self._dead_until)
+    async def _fill_gaps(self, file: HdfsFile, offset: int, n: int) -> None:
+        """Fetch location windows until [offset, offset+n) is known (each window moves forward)."""
+        gap = file.map.first_gap(offset, n)
+        while gap is not None:
+            await self._locate(file, gap, offset + n - gap)
+            n = clamp(offset, n, file.length)
+            after = file.map.first_gap(offset, n)
+            if after is not None and after <= gap:
+                self.stats.files_changed += 1
+                raise FileChanged(f"{file.path} changed since it was opened: no block holds offset {after}")
+            gap = after
 
     async def _read_piece(self, file: HdfsFile, piece: Piece) -> bytearray:
         total = self.options.timeouts.total
@@ -273,10 +384,9 @@ class HdfsClient:
         with trio.move_on_after(total):
             return await self._read_piece_with_failover(file, piece, failures)
         detail = "; ".join(f"{a}: {why}" for a, why in failures.items()) or "no replica answered"
-        block_id = file.blocks[piece.block_index].b.blockId
         message = (
-            f"{file.path}: block {block_id} (file offset {file.starts[piece.block_index] + piece.offset_in_block}) "
-            f"not read within {total:g}s; {detail}"
+            f"{file.path}: the block at file offset {piece.block_start} (reading offset "
+            f"{piece.block_start + piece.offset_in_block}) was not read within {total:g}s; {detail}"
         )
         log.error("%s", message)
         raise BlockUnavailable(message)
@@ -284,61 +394,117 @@ class HdfsClient:
     async def _read_piece_with_failover(self, file: HdfsFile, piece: Piece, failures: dict[str, str]) -> bytearray:
         token_refreshed = False
         refetched = False
-        sasl_errors = 0
         while True:
-            block = file.blocks[piece.block_index]
-            plan = file.block_plan(piece.block_index, self.client_name)
-            request = dtp.encode_read_block(plan.header_field, piece.offset_in_block, piece.length)
-            what = plan.what
-            corrupt: list[hdfs_pb2.DatanodeInfoProto] = []
-            restart = False
-            for address, loc, description in self._replica_order(plan.replicas):
-                try:
-                    data = await read_replica(
-                        self.pool, address, request, piece.offset_in_block, piece.length,
-                        description, self.options.timeouts, self.stats,
-                    )
-                except ChecksumMismatch as e:
-                    self.stats.checksum_failures += 1
-                    corrupt.append(loc)
-                    failures[address] = str(e)
-                    log.warning("%s; trying the next replica", e)
-                except dtp.InvalidBlockToken as e:
-                    failures[address] = str(e)
-                    if not token_refreshed:
-                        token_refreshed = True
-                        log.info("%s; fetching a fresh token", e)
-                        await self.refresh(file)
-                        restart = True
-                        break
-                except AuthenticationRequired as e:
-                    sasl_errors += 1
-                    failures[address] = str(e)
-                    log.warning("%s", e)
-                except (HdfsError, ProtocolError) as e:
-                    failures[address] = str(e)
-                    self._dead_until[address] = trio.current_time() + self.options.dead_node_seconds
-                    self.stats.replica_failovers += 1
-                    log.warning("%s failed: %s; trying the next replica", what, e)
-                else:
-                    if corrupt:
-                        self._report_bad_replicas(file.path, block, corrupt)
-                    return data
-            if restart:
+            block = file.map.block_at(piece.block_start)
+            plan = file.block_plan(piece.block_start, self.client_name, self.settings.use_datanode_hostname)
+            outcome = await self._read_replicas(file, piece, plan, failures)
+            if outcome.data is not None:
+                if outcome.corrupt:
+                    self._report_bad_replicas(file.path, block, outcome.corrupt)
+                return outcome.data
+            if outcome.token_refused and not token_refreshed:
+                token_refreshed = True
+                self.stats.token_refreshes += 1
+                log.info("%s: block token refused; fetching a fresh one", plan.what)
+                await self._locate(file, piece.block_start, 1)
                 continue
-            if sasl_errors and sasl_errors == len(block.locs):
-                raise AuthenticationRequired(next(iter(failures.values())))
             if refetched:
                 break
             refetched = True
-            log.info("%s: every replica failed; fetching its locations again", what)
-            await self.refresh(file)
-            if piece.block_index >= len(file.blocks):
-                raise BlockUnavailable(f"{file.path}: the file shrank while being read")
+            log.info("%s: every replica failed; fetching its locations again", plan.what)
+            file.dead.pop(piece.block_start, None)
+            await self._locate(file, piece.block_start, 1)
         detail = "; ".join(f"{a}: {why}" for a, why in failures.items()) or "the block has no replicas"
         message = f"{file.path}: could not read block {block.b.blockId} from any replica: {detail}"
         log.error("%s", message)
         raise BlockUnavailable(message)
+
+    async def _read_replicas(
+        self, file: HdfsFile, piece: Piece, plan: BlockPlan, failures: dict[str, str],
+    ) -> _Outcome:
+        """One round over the block's replicas, best first; hedge onto the next one when slow.
+
+        At most two replicas are in flight. The next one starts when the current one fails, or
+        when it has not answered within the hedging threshold. The first answer wins and the
+        other read is cancelled (its connection is closed, never pooled half-read).
+        """
+        outcome = _Outcome()
+        dead = file.dead.setdefault(piece.block_start, set())
+        pending = self.replicas.order(plan.replicas, dead, trio.current_time())
+        if not pending:
+            return outcome
+        request = dtp.encode_read_block(plan.header_field, piece.offset_in_block, piece.length)
+        send, receive = trio.open_memory_channel[tuple[str, hdfs_pb2.DatanodeInfoProto, bool, object]](len(pending))
+
+        async def attempt(address: str, loc: hdfs_pb2.DatanodeInfoProto, description: str, hedged: bool) -> None:
+            started = trio.current_time()
+            try:
+                data = await read_replica(
+                    self.pool, address, request, piece.offset_in_block, piece.length,
+                    description, self.options.timeouts, self.stats,
+                )
+            except (HdfsError, ProtocolError) as e:
+                send.send_nowait((address, loc, hedged, e))
+                return
+            except trio.Cancelled:
+                now = trio.current_time()
+                self.replicas.record(address, piece.length, now - started, now)
+                raise
+            now = trio.current_time()
+            self.replicas.record(address, piece.length, now - started, now)
+            send.send_nowait((address, loc, hedged, data))
+
+        async with trio.open_nursery() as nursery:
+            running = 0
+            while True:
+                if pending and running == 0:
+                    address, (loc, description) = pending.pop(0)
+                    nursery.start_soon(attempt, address, loc, description, False)
+                    running += 1
+                threshold = self.replicas.hedge_after(piece.length) if pending and running == 1 else None
+                with trio.move_on_after(math.inf if threshold is None else threshold):
+                    address, loc, hedged, result = await receive.receive()
+                    running -= 1
+                    if isinstance(result, bytearray):
+                        outcome.data = result
+                        if hedged:
+                            self.stats.hedge_wins += 1
+                        nursery.cancel_scope.cancel()
+                        break
+                    assert isinstance(result, Exception)
+                    if self._failed(address, loc, result, dead, failures, outcome):
+                        nursery.cancel_scope.cancel()
+                        break
+                    if not pending and running == 0:
+                        break
+                    continue
+                address, (loc, description) = pending.pop(0)  # the threshold passed: hedge
+                self.stats.hedged_reads += 1
+                log.debug("%s: no answer within %.0f ms; also asking %s", plan.what, threshold * 1000, address)
+                nursery.start_soon(attempt, address, loc, description, True)
+                running += 1
+        return outcome
+
+    def _failed(
+        self, address: str, loc: hdfs_pb2.DatanodeInfoProto, e: Exception, dead: set[str],
+        failures: dict[str, str], outcome: _Outcome,
+    ) -> bool:
+        """Account one replica's failure; True when the round must stop (a refused token)."""
+        failures[address] = str(e)
+        if isinstance(e, dtp.InvalidBlockToken):
+            outcome.token_refused = True
+            return True
+        dead.add(address)
+        if isinstance(e, ChecksumMismatch):
+            self.stats.checksum_failures += 1
+            outcome.corrupt.append(loc)
+            log.warning("%s; trying the next replica", e)
+            return False
+        if isinstance(e, ConnectFailed):
+            self.replicas.refused(address, trio.current_time())
+        self.stats.replica_failovers += 1
+        log.warning("%s: %s; trying the next replica", address, e)
+        return False
 
     def _report_bad_replicas(self, path: str, block: LocatedBlock, bad: list[hdfs_pb2.DatanodeInfoProto]) -> None:
         """Tell the NameNode which replicas served corrupt data (in the background)."""
@@ -352,9 +518,9 @@ class HdfsClient:
                 self.stats.bad_block_reports += 1
                 log.warning(
                     "%s: reported corrupt replica(s) of block %d on %s to the NameNode",
-                    path, block.b.blockId, ", ".join(_xfer_address(b) for b in bad),
+                    path, block.b.blockId, ", ".join(xfer_address(b) for b in bad),
                 )
-            except (HdfsError, ProtocolError) as e:
+            except Exception as e:  # a background task: log, never escape
                 log.error("%s: reporting corrupt block %d failed: %s", path, block.b.blockId, e)
 
         self._nursery.start_soon(send)

@@ -74,12 +74,28 @@ def load_hadoop_conf(explicit_dir: str | None = None) -> dict[str, str]:
 
 
 @dataclasses.dataclass(frozen=True)
+class ClusterSettings:
+    """Client-side cluster settings that decide how DataNodes are reached."""
+
+    data_transfer_protection: str = ""  # dfs.data.transfer.protection: SASL on DataNode connections
+    use_datanode_hostname: bool = False  # dfs.client.use.datanode.hostname: connect by name, not IP
+
+    @classmethod
+    def from_conf(cls, conf: dict[str, str]) -> ClusterSettings:
+        return cls(
+            data_transfer_protection=conf.get("dfs.data.transfer.protection", "").strip(),
+            use_datanode_hostname=conf.get("dfs.client.use.datanode.hostname", "").strip().lower() == "true",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class NameNodeTarget:
-    """Where to find the NameNode(s) and which HDFS path the URI names."""
+    """Where to find the NameNode(s), which HDFS path the URI names, and how to reach DataNodes."""
 
     label: str  # "host:port" or the nameservice id, for messages
     addresses: tuple[tuple[str, int], ...]
     path: str
+    settings: ClusterSettings = dataclasses.field(default_factory=ClusterSettings)
 
     @property
     def ha(self) -> bool:
@@ -148,7 +164,7 @@ def resolve_uri(uri: str, conf: dict[str, str]) -> NameNodeTarget:
         if not default_fs:
             raise ConfigError(f"{uri!r} names no NameNode and fs.defaultFS is not configured")
         base = resolve_uri(default_fs, conf)
-        return NameNodeTarget(base.label, base.addresses, path)
+        return NameNodeTarget(base.label, base.addresses, path, base.settings)
 
     host = parts.hostname or ""
     if not host:
@@ -156,10 +172,11 @@ def resolve_uri(uri: str, conf: dict[str, str]) -> NameNodeTarget:
     if netloc_port is None:
         ns_addrs = _nameservice_addresses(host, conf)
         if ns_addrs is not None:
-            return NameNodeTarget(host, ns_addrs, path)
+            return NameNodeTarget(host, ns_addrs, path, ClusterSettings.from_conf(conf))
         port = DEFAULT_PORT
     else:
         if not 0 < netloc_port < 65536:
             raise ConfigError(f"bad URI {uri!r}: port must be 1-65535")
         port = netloc_port
-    return NameNodeTarget(f"{host}:{port}", ((host, port),), path)
+    label = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return NameNodeTarget(label, ((host, port),), path, ClusterSettings.from_conf(conf))

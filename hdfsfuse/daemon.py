@@ -114,6 +114,7 @@ def client_options(options: MountOptions) -> ClientOptions:
         namenode_total_timeout=options.namenode_timeout,
         namenode_call_timeout=min(20.0, options.namenode_timeout),
         namenode_connect_timeout=options.connect_timeout,
+        hedge_after=options.hedge_after,
     )
 
 

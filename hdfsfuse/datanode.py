@@ -26,6 +26,7 @@ from hdfsfuse.wire import NEED_DATA
 log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 256 * 1024
+YIELD_EVERY = 1024 * 1024  # a large read yields to other tasks at least this often
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,10 +34,20 @@ class Timeouts:
     connect: float = 5.0  # TCP connect to a DataNode
     read: float = 10.0  # any single wait for DataNode bytes
     total: float = 60.0  # one block read across every replica and retry
+    min_rate: float = 64 * 1024  # bytes/s a replica must keep up once it has sent its first bytes...
+    rate_grace: float = 1.0  # ...measured from this many seconds after those first bytes
 
 
 class DataNodeTimeout(RpcTimeout):
     """A DataNode did not connect or send within its timeout."""
+
+
+class ConnectFailed(ConnectionLost):
+    """No TCP connection to the DataNode (refused, unreachable, or timed out)."""
+
+
+class TooSlow(DataNodeTimeout):
+    """The DataNode sends, but below the minimum rate: leave it for another replica."""
 
 
 class DnConnection:
@@ -47,13 +58,14 @@ class DnConnection:
     least once, so the task still yields to others on every operation.
     """
 
-    __slots__ = ("address", "sock", "waited")
+    __slots__ = ("address", "sock", "waited", "waits")
 
     def __init__(self, sock: socket.socket, address: str) -> None:
         sock.setblocking(False)
         self.sock = sock
         self.address = address
         self.waited = False
+        self.waits = 0  # receive waits so far (each one let other tasks run)
 
     async def send_all(self, data: bytes) -> None:
         view = memoryview(data)
@@ -72,6 +84,7 @@ class DnConnection:
                 return self.sock.recv(max_bytes)
             except BlockingIOError:
                 self.waited = True
+                self.waits += 1
                 await trio.lowlevel.wait_readable(self.sock)
 
     def close(self) -> None:
@@ -141,11 +154,11 @@ async def _connect(address: str, timeouts: Timeouts) -> DnConnection:
     host, _, port = address.rpartition(":")
     try:
         with trio.fail_after(timeouts.connect):
-            stream = await trio.open_tcp_stream(host, int(port))
+            stream = await trio.open_tcp_stream(host.strip("[]"), int(port))
     except trio.TooSlowError:
-        raise DataNodeTimeout(f"connecting to DataNode {address} timed out after {timeouts.connect:g}s") from None
+        raise ConnectFailed(f"connecting to DataNode {address} timed out after {timeouts.connect:g}s") from None
     except OSError as e:
-        raise ConnectionLost(f"cannot connect to DataNode {address}: {e.strerror or e}") from None
+        raise ConnectFailed(f"cannot connect to DataNode {address}: {e.strerror or e}") from None
     # trio sets TCP_NODELAY; take the plain socket over for the non-blocking fast path.
     return DnConnection(socket.socket(fileno=stream.socket.detach()), address)
 
@@ -156,10 +169,14 @@ async def _exchange(
     """Send the op and drive the parser to the end of the read; send the read status.
 
     One cancel scope per operation; its deadline moves forward whenever bytes arrive, so the
-    read timeout bounds every single wait.
+    read timeout bounds every single wait. Once the first bytes are in, the replica must also
+    keep up `min_rate` (after `rate_grace`), so a DataNode that trickles is left for another.
     """
     address = conn.address
     conn.waited = False
+    first_bytes_at = 0.0
+    unyielded = 0  # bytes received since this read last let other tasks run
+    waits_seen = conn.waits
     with trio.CancelScope(deadline=trio.current_time() + timeouts.read) as scope:
         try:
             await conn.send_all(request)
@@ -173,8 +190,15 @@ async def _exchange(
             event = parser.next_event()
             if event is NEED_DATA:
                 if progressed:  # bytes arrived since the last wait: the timeout starts over
-                    scope.deadline = trio.current_time() + timeouts.read
+                    now = trio.current_time()
+                    scope.deadline = now + timeouts.read
                     progressed = False
+                    elapsed = now - first_bytes_at
+                    if elapsed > timeouts.rate_grace and parser.received < timeouts.min_rate * elapsed:
+                        raise TooSlow(
+                            f"DataNode {address} sent {parser.received} bytes in {elapsed:.1f}s during a read of "
+                            f"{parser.what}, below the minimum {timeouts.min_rate:g} bytes/s"
+                        )
                 try:
                     data = await conn.receive(RECEIVE_SIZE)
                 except OSError as e:
@@ -185,10 +209,22 @@ async def _exchange(
                     if not got_any:
                         if reused:
                             raise _Stale
-                        raise dtp.sasl_suspected(f"DataNode {address}")
+                        raise ConnectionLost(
+                            f"DataNode {address} closed the connection right after the READ_BLOCK request "
+                            "without answering"
+                        )
                     raise ConnectionLost(f"DataNode {address} closed the connection in the middle of a read")
+                if not got_any:
+                    first_bytes_at = trio.current_time()
                 got_any = progressed = True
                 parser.feed(data)
+                if conn.waits != waits_seen:
+                    waits_seen, unyielded = conn.waits, 0
+                else:  # data kept arriving without a wait: let other reads run between packets
+                    unyielded += len(data)
+                    if unyielded >= YIELD_EVERY:
+                        unyielded = 0
+                        await trio.lowlevel.checkpoint()
             elif isinstance(event, dtp.ReadFinished):
                 try:
                     await conn.send_all(event.status_reply)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from hdfsfuse.checksum import CHECKSUM_NULL, Checksum
-from hdfsfuse.errors import AuthenticationRequired, HdfsError
+from hdfsfuse.errors import HdfsError
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.wire import (
     NEED_DATA,
@@ -304,12 +304,3 @@ class ReadBlockParser:
             self.output[lo - self.offset : hi - self.offset] = data[lo - offset : hi - offset]
         self._pos = offset + data_len
         return PacketReceived(data_len)
-
-
-def sasl_suspected(what: str) -> AuthenticationRequired:
-    """The error for a DataNode that closed the connection right after our op, sending nothing."""
-    return AuthenticationRequired(
-        f"{what} closed the connection right after the READ_BLOCK request without answering; it "
-        "probably requires SASL data-transfer protection (dfs.data.transfer.protection or "
-        "dfs.encrypt.data.transfer), which hdfsfuse does not support"
-    )

@@ -91,6 +91,12 @@ class BlockUnavailable(HdfsError):
     errno = errno.EIO
 
 
+class FileChanged(HdfsError):
+    """An open file's path now names other bytes: replaced, truncated, rewritten or deleted."""
+
+    errno = errno.EIO
+
+
 class ReadOnly(HdfsError):
     errno = errno.EROFS
 

@@ -1,9 +1,13 @@
 """The read-only FUSE filesystem (pyfuse3 on trio). Does I/O through `HdfsClient`.
 
-Owns inode numbers (HDFS fileIds; the mount root is ROOT_INODE), lookup counts, the attribute,
-entry and negative-lookup caches, directory snapshots, open file handles with their readahead
-buffers, and the translation of every error into one errno and one log line (`_fuse_error`).
-Every request is bounded by `request_timeout`.
+Owns the attribute, entry and negative-lookup caches, directory listings (paged as `ls`
+reads them), open file handles with their readahead buffers, and the translation of every
+error into one errno and one log line (`_fuse_error`). Inode numbers and the NameNode paths
+behind them live in `inodes.InodeTable`: live files are asked about by inode path, so a rename
+never stales them, and snapshot copies get inodes (and page caches) of their own.
+
+Every request is bounded by `request_timeout`; no exception escapes a handler or a background
+task (readahead), and a failed prefetch only makes its reads go to HDFS directly.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import trio
 
 from hdfsfuse.client import WHOLE_FILE, HdfsClient, HdfsFile
 from hdfsfuse.errors import FileNotFound, HdfsError, to_errno
+from hdfsfuse.inodes import ROOT_INODE, Entry, InodeTable
 from hdfsfuse.namenode import FileStatus
 from hdfsfuse.options import MountOptions
 from hdfsfuse.proto import hdfs_pb2
@@ -40,6 +45,8 @@ IS_FILE = hdfs_pb2.HdfsFileStatusProto.IS_FILE
 STATS_XATTR = b"user.hdfsfuse.stats"  # on the mount root: live stats as JSON
 FILE_XATTRS = (b"user.hdfs.replication", b"user.hdfs.block_size", b"user.hdfs.blocks")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+NEGATIVE_CACHE_MAX = 10_000  # remembered missing names, at most
+GROWING_ATTR_TIMEOUT = 1.0  # seconds the kernel keeps the size of a file being written
 
 
 class IdentityMap:
@@ -83,10 +90,33 @@ class _Chunk:
 
 
 class _OpenFile:
-    def __init__(self, file: HdfsFile, planner: ReadaheadPlanner) -> None:
+    def __init__(self, inode: int, file: HdfsFile, planner: ReadaheadPlanner) -> None:
+        self.inode = inode
         self.file = file
         self.planner = planner
         self.chunks: list[_Chunk] = []
+
+
+class _Listing:
+    """An open directory: one page of entries at a time, fetched as readdir walks on.
+
+    Entry i of the whole listing is `page[i - base]`; readdir offsets are i + 1.
+    """
+
+    def __init__(self, directory: Entry) -> None:
+        self.directory = directory
+        self.restart()
+
+    def restart(self) -> None:
+        self.page: list[tuple[bytes, FileStatus]] = []
+        self.base = 0
+        self.start_after = b""
+        self.pages = 0
+        self.done = False
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.page)
 
 
 class HdfsOperations(pyfuse3.Operations):
@@ -106,13 +136,10 @@ class HdfsOperations(pyfuse3.Operations):
             options.uid if options.uid is not None else os.getuid(),
             options.gid if options.gid is not None else os.getgid(),
         )
-        self._paths: dict[int, str] = {pyfuse3.ROOT_INODE: self.root}
-        self._lookups: dict[int, int] = {}
+        self.inodes = InodeTable(self.root)
         self._attrs: dict[int, tuple[float, pyfuse3.EntryAttributes, FileStatus]] = {}
         self._negative: dict[tuple[int, bytes], float] = {}
-        self._root_file_id: int | None = None
-        self._dirs: dict[int, list[tuple[bytes, FileStatus]]] = {}  # snapshots taken at opendir
-        self._dir_paths: dict[int, str] = {}
+        self._dirs: dict[int, _Listing] = {}
         self._files: dict[int, _OpenFile] = {}
         self._next_fh = 1
         self._cache_keys: dict[int, tuple[int, int]] = {}  # inode -> (mtime, length) of the kept page cache
@@ -120,20 +147,11 @@ class HdfsOperations(pyfuse3.Operations):
 
     # ----- helpers --------------------------------------------------------------------------------
 
-    def _inode(self, st: FileStatus) -> int:
-        if self._root_file_id is not None and st.fileId == self._root_file_id:
-            return pyfuse3.ROOT_INODE
-        return st.fileId
-
-    def _path(self, inode: int) -> str:
-        try:
-            return self._paths[inode]
-        except KeyError:
-            raise pyfuse3.FUSEError(errno.ESTALE) from None
-
-    @staticmethod
-    def _join(parent: str, name: str) -> str:
-        return f"{parent}/{name}" if parent != "/" else f"/{name}"
+    def _entry(self, inode: int) -> Entry:
+        entry = self.inodes.get(inode)
+        if entry is None:
+            raise pyfuse3.FUSEError(errno.ESTALE)
+        return entry
 
     def _attributes(self, st: FileStatus, inode: int) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
@@ -163,13 +181,29 @@ class HdfsOperations(pyfuse3.Operations):
         a.generation = 0
         return a
 
-    def _remember(self, st: FileStatus, path: str) -> pyfuse3.EntryAttributes:
-        inode = self._inode(st)
-        if inode != pyfuse3.ROOT_INODE:
-            self._paths[inode] = path
+    def _store(self, inode: int, st: FileStatus) -> pyfuse3.EntryAttributes:
+        """Cache and return the kernel attributes of `inode` from a fresh status."""
         attrs = self._attributes(st, inode)
         self._attrs[inode] = (time.monotonic() + self.options.attr_timeout, attrs, st)
         return attrs
+
+    def _growing(self, inode: int) -> _OpenFile | None:
+        """An open handle of `inode` whose file is being written, if any."""
+        for handle in self._files.values():
+            if handle.inode == inode and handle.file.under_construction:
+                return handle
+        return None
+
+    def _remember_missing(self, key: tuple[int, bytes]) -> None:
+        if self.options.negative_timeout <= 0:
+            return
+        now = time.monotonic()
+        if len(self._negative) >= NEGATIVE_CACHE_MAX:
+            self._negative = {k: t for k, t in self._negative.items() if t > now}
+            if len(self._negative) >= NEGATIVE_CACHE_MAX:  # still full: drop the older half
+                keep = list(self._negative.items())[NEGATIVE_CACHE_MAX // 2 :]
+                self._negative = dict(keep)
+        self._negative[key] = now + self.options.negative_timeout
 
     def _link_target(self, raw: bytes) -> bytes:
         """Absolute HDFS link targets under the mount root point into the mount."""
@@ -202,7 +236,8 @@ class HdfsOperations(pyfuse3.Operations):
         if isinstance(exc, FileNotFound):
             return pyfuse3.FUSEError(errno.ENOENT)
         if not isinstance(exc, HdfsError | ProtocolError | OSError):
-            log.exception("%s %s: unexpected error", op, what)
+            log.error("%s %s: unexpected error %s: %s", op, what, type(exc).__name__, exc)
+            log.debug("traceback of the unexpected error", exc_info=exc)
             return pyfuse3.FUSEError(errno.EIO)
         code = to_errno(exc)
         log.error("%s %s: %s (%s)", op, what, exc, errno.errorcode.get(code, code))
@@ -217,14 +252,14 @@ class HdfsOperations(pyfuse3.Operations):
             raise FileNotFound(f"{self.root}: no such directory in HDFS")
         if st.fileType != IS_DIR:
             raise HdfsError(f"{self.root}: is not a directory")
-        self._root_file_id = st.fileId
-        self._remember(st, self.root)
+        self.inodes.set_root(st.fileId)
+        self._store(ROOT_INODE, st)
 
     async def lookup(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        parent = self._path(parent_inode)
-        path = self._join(parent, name.decode("utf-8", "surrogateescape"))
+        parent = self._entry(parent_inode)
+        text = name.decode("utf-8", "surrogateescape")
         key = (parent_inode, name)
-        async with self._request("lookup", path):
+        async with self._request("lookup", f"{parent.shown}/{text}"):
             expiry = self._negative.get(key)
             if expiry is not None:
                 if expiry > time.monotonic():
@@ -232,76 +267,117 @@ class HdfsOperations(pyfuse3.Operations):
                     raise pyfuse3.FUSEError(errno.ENOENT)
                 del self._negative[key]
             self.stats.cache_misses["entry"] += 1
-            st = await self.nn.get_file_link_info(path)
+            st = await self.nn.get_file_link_info(self.inodes.child_path(parent, text))
             if st is None:
-                if self.options.negative_timeout > 0:
-                    self._negative[key] = time.monotonic() + self.options.negative_timeout
+                self._remember_missing(key)
                 raise pyfuse3.FUSEError(errno.ENOENT)
-            attrs = self._remember(st, path)
-            self._lookups[attrs.st_ino] = self._lookups.get(attrs.st_ino, 0) + 1
+            inode = self.inodes.child(parent, text, st.fileId)
+            attrs = self._store(inode, st)
+            self.inodes.referenced(inode)
             return attrs
 
     async def forget(self, inode_list: list[tuple[int, int]]) -> None:
         for inode, nlookup in inode_list:
-            left = self._lookups.get(inode, 0) - nlookup
-            if left > 0:
-                self._lookups[inode] = left
-                continue
-            self._lookups.pop(inode, None)
-            if inode != pyfuse3.ROOT_INODE:
-                self._paths.pop(inode, None)
+            if self.inodes.forget(inode, nlookup):
                 self._attrs.pop(inode, None)
                 self._cache_keys.pop(inode, None)
 
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext | None = None) -> pyfuse3.EntryAttributes:
         cached = self._attrs.get(inode)
-        if cached is not None and cached[0] > time.monotonic():
+        growing = self._growing(inode)
+        if cached is not None and cached[0] > time.monotonic() and growing is None:
             self.stats.cache_hits["attr"] += 1
             return cached[1]
-        path = self._path(inode)
-        async with self._request("getattr", path):
+        entry = self._entry(inode)
+        async with self._request("getattr", entry.shown):
             self.stats.cache_misses["attr"] += 1
-            st = await self.nn.get_file_link_info(path)
+            st = await self.nn.get_file_link_info(entry.nn_path)
             if st is None:
-                raise pyfuse3.FUSEError(errno.ENOENT)
-            return self._remember(st, path)
+                return self._gone(inode, entry, cached)
+            attrs = self._store(inode, st)
+            if growing is not None:
+                # Being written: what can be read moves past the NameNode's length (hflush).
+                try:
+                    await self.client.grow(growing.file, strict=False)
+                except HdfsError as e:
+                    log.debug("%s: readable length not refreshed: %s", entry.shown, e)
+                attrs.st_size = max(attrs.st_size, growing.file.length)
+                attrs.st_blocks = -(-attrs.st_size // 512)
+                attrs.attr_timeout = min(self.options.attr_timeout, GROWING_ATTR_TIMEOUT)
+            return attrs
+
+    def _gone(self, inode: int, entry: Entry,
+              cached: tuple[float, pyfuse3.EntryAttributes, FileStatus] | None) -> pyfuse3.EntryAttributes:
+        """getattr of an inode whose file no longer exists (deleted, or replaced by another file)."""
+        if cached is not None and any(h.inode == inode for h in self._files.values()):
+            return cached[1]  # still open: it keeps its last attributes, as a deleted local file does
+        # ESTALE makes stat() look the name up again; a plain path lookup then finds what is there now.
+        raise pyfuse3.FUSEError(errno.ESTALE if entry.nn_path.startswith("/.reserved/.inodes/") else errno.ENOENT)
 
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
-        path = self._path(inode)
-        async with self._request("readlink", path):
+        entry = self._entry(inode)
+        async with self._request("readlink", entry.shown):
             cached = self._attrs.get(inode)
-            st = cached[2] if cached is not None else await self.nn.get_file_link_info(path)
+            st = cached[2] if cached is not None else await self.nn.get_file_link_info(entry.nn_path)
             if st is None or st.fileType != IS_SYMLINK:
                 raise pyfuse3.FUSEError(errno.EINVAL)
             return self._link_target(st.symlink)
 
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
-        path = self._path(inode)
-        async with self._request("opendir", path):
-            entries = await self.nn.list_dir(path, max_pages=self.options.listing_page_cap)
-            fh = self._next_fh
-            self._next_fh += 1
-            self._dirs[fh] = [(e.path, e) for e in entries]
-            self._dir_paths[fh] = path
-            return fh
+        """Open a listing and fetch its first page (errors such as ENOTDIR show here)."""
+        listing = _Listing(self._entry(inode))
+        async with self._request("opendir", listing.directory.shown):
+            await self._next_page(listing)
+        fh = self._next_fh
+        self._next_fh += 1
+        self._dirs[fh] = listing
+        return fh
+
+    async def _next_page(self, listing: _Listing) -> None:
+        """Move the listing to its next page of (at most) 1000 entries."""
+        directory = listing.directory
+        page = await self.nn.get_listing_page(directory.nn_path, listing.start_after)
+        listing.pages += 1
+        listing.base = listing.end
+        listing.page = [(e.path, e) for e in page.partialListing]
+        if listing.page:
+            listing.start_after = listing.page[-1][0]
+        listing.done = page.remainingEntries == 0 or not listing.page
+        cap = self.options.listing_page_cap
+        if not listing.done and cap is not None and listing.pages >= cap:
+            log.warning(
+                "%s: listing truncated at listing_page_cap=%d pages (%d entries shown, %d more not listed)",
+                directory.shown, cap, listing.end, page.remainingEntries,
+            )
+            listing.done = True
 
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
-        entries = self._dirs.get(fh)
-        if entries is None:
+        listing = self._dirs.get(fh)
+        if listing is None:
             raise pyfuse3.FUSEError(errno.EBADF)
-        parent = self._dir_paths[fh]
-        for i in range(start_id, len(entries)):
-            name, st = entries[i]
-            path = self._join(parent, name.decode("utf-8", "surrogateescape"))
-            attrs = self._attributes(st, self._inode(st))
-            if not pyfuse3.readdir_reply(token, name, attrs, i + 1):
-                break
-            self._remember(st, path)
-            self._lookups[attrs.st_ino] = self._lookups.get(attrs.st_ino, 0) + 1
+        directory = listing.directory
+        async with self._request("readdir", directory.shown):
+            if start_id < listing.base:  # rewinddir, or a seek back: list again from the start
+                listing.restart()
+                await self._next_page(listing)
+            while True:
+                while start_id >= listing.end and not listing.done:
+                    await self._next_page(listing)
+                if start_id >= listing.end:
+                    return
+                for i in range(start_id, listing.end):
+                    name, st = listing.page[i - listing.base]
+                    inode = self.inodes.child(directory, name.decode("utf-8", "surrogateescape"), st.fileId)
+                    attrs = self._attributes(st, inode)
+                    if not pyfuse3.readdir_reply(token, name, attrs, i + 1):
+                        self.inodes.forget(inode, 0)  # not handed out: drop it unless referenced
+                        return
+                    self._store(inode, st)
+                    self.inodes.referenced(inode)
+                start_id = listing.end
 
     async def releasedir(self, fh: int) -> None:
         self._dirs.pop(fh, None)
-        self._dir_paths.pop(fh, None)
 
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
         async with self._request("statfs", self.root):
@@ -327,17 +403,16 @@ class HdfsOperations(pyfuse3.Operations):
         cached = self._attrs.get(inode)
         if cached is not None and cached[0] > time.monotonic():
             return cached[2]
-        path = self._path(inode)
-        st = await self.nn.get_file_link_info(path)
+        st = await self.nn.get_file_link_info(self._entry(inode).nn_path)
         if st is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
-        self._remember(st, path)
+        self._store(inode, st)
         return st
 
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
         if inode == pyfuse3.ROOT_INODE:
             return [STATS_XATTR]
-        async with self._request("listxattr", self._path(inode)):
+        async with self._request("listxattr", self._entry(inode).shown):
             st = await self._status(inode)
         return list(FILE_XATTRS) if st.fileType == IS_FILE else []
 
@@ -350,8 +425,8 @@ class HdfsOperations(pyfuse3.Operations):
                 # `ls -l` remember that for the whole mount instead of asking for every entry.
                 raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
-        path = self._path(inode)
-        async with self._request("getxattr", path):
+        entry = self._entry(inode)
+        async with self._request("getxattr", entry.shown):
             st = await self._status(inode)
             if st.fileType != IS_FILE:
                 raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
@@ -359,7 +434,7 @@ class HdfsOperations(pyfuse3.Operations):
                 return str(st.block_replication).encode()
             if name == b"user.hdfs.block_size":
                 return str(st.blocksize).encode()
-            lbs = await self.nn.get_block_locations(path, 0, WHOLE_FILE)
+            lbs = await self.nn.get_block_locations(entry.nn_path, 0, WHOLE_FILE)
             blocks = [
                 {"offset": b.offset, "length": b.b.numBytes,
                  "hosts": [f"{loc.id.hostName}:{loc.id.xferPort}" for loc in b.locs]}
@@ -372,9 +447,18 @@ class HdfsOperations(pyfuse3.Operations):
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         if flags & _WRITE_FLAGS:
             raise pyfuse3.FUSEError(errno.EROFS)
-        path = self._path(inode)
-        async with self._request("open", path):
-            file = await self.client.open(path)
+        entry = self._entry(inode)
+        async with self._request("open", entry.shown):
+            if entry.nn_path.startswith("/.reserved/.inodes/"):
+                file_id = self.inodes.root_file_id if inode == ROOT_INODE else inode
+                try:
+                    file = await self.client.open(entry.shown, file_id=file_id)  # exactly this inode's file
+                except FileNotFound:
+                    # The kernel's name still points at a file deleted or replaced since: ESTALE
+                    # makes the VFS look the name up again and open what is there now.
+                    raise pyfuse3.FUSEError(errno.ESTALE) from None
+            else:
+                file = await self.client.open(entry.nn_path)  # a snapshot copy: its path is immutable
         key = (file.status.modification_time, file.length)
         keep = self._cache_keys.get(inode) == key
         self._cache_keys[inode] = key
@@ -384,12 +468,12 @@ class HdfsOperations(pyfuse3.Operations):
             # Update our attributes and make the kernel ask again before this open returns, so
             # the caller's next fstat (tail does one) sees the new size. Invalidating attributes
             # alone (no pages) takes no page or inode lock, so it cannot deadlock this request.
-            attrs = self._remember(file.status, path)
+            attrs = self._store(inode, file.status)
             attrs.st_size = file.length
             self._invalidate_attributes(inode)
         fh = self._next_fh
         self._next_fh += 1
-        self._files[fh] = _OpenFile(file, ReadaheadPlanner(max_window=self.options.readahead_max))
+        self._files[fh] = _OpenFile(inode, file, ReadaheadPlanner(max_window=self.options.readahead_max))
         return pyfuse3.FileInfo(fh=fh, direct_io=self.options.direct_io, keep_cache=keep and not self.options.direct_io)
 
     @staticmethod
@@ -405,13 +489,15 @@ class HdfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EBADF)
         file = handle.file
         self.stats.fuse_reads += 1
-        decision = handle.planner.plan(off, size, file.length)
-        if decision.length == 0:
-            return b""
-        end = off + decision.length
         data: bytes | bytearray | memoryview | None = None
         try:  # the hot path: a bare cancel scope, the same bound and error translation as _request
             with trio.CancelScope(deadline=trio.current_time() + self.options.request_timeout):
+                if file.under_construction and off + size > file.length:
+                    await self.client.grow(file, strict=off >= file.length)
+                decision = handle.planner.plan(off, size, file.length)
+                if decision.length == 0:
+                    return b""
+                end = off + decision.length
                 if decision.prefetch is not None:
                     self._start_prefetch(handle, *decision.prefetch)
                 elif not decision.sequential:
@@ -424,7 +510,7 @@ class HdfsOperations(pyfuse3.Operations):
             if data is None:
                 raise trio.TooSlowError
         except Exception as e:
-            raise self._fuse_error("read", f"{file.path} [{off}, +{decision.length})", e) from None
+            raise self._fuse_error("read", f"{file.path} [{off}, +{size})", e) from None
         self.stats.app_bytes += len(data)
         return data  # type: ignore[return-value]  # pyfuse3 takes any contiguous buffer
 
@@ -461,11 +547,13 @@ class HdfsOperations(pyfuse3.Operations):
         self._nursery.start_soon(self._prefetch, handle.file, chunk)
 
     async def _prefetch(self, file: HdfsFile, chunk: _Chunk) -> None:
+        """A background read: whatever it raises is logged here; its reads then go to HDFS directly."""
         try:
             with chunk.cancel, trio.move_on_after(self.options.request_timeout):
                 chunk.data = await self.client.fetch_range(file, chunk.offset, chunk.length)
-        except (HdfsError, ProtocolError, OSError) as e:
-            log.warning("%s: readahead of [%d, +%d) failed: %s", file.path, chunk.offset, chunk.length, e)
+        except Exception as e:
+            log.warning("%s: readahead of [%d, +%d) failed (%s: %s); reading directly",
+                        file.path, chunk.offset, chunk.length, type(e).__name__, e)
         finally:
             chunk.done.set()
 

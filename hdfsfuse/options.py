@@ -51,6 +51,7 @@ class MountOptions:
     total_timeout: float = 30.0  # one block read across all replicas
     namenode_timeout: float = 30.0  # one NameNode call across retries and failover
     request_timeout: float = 60.0  # any FUSE request answers within this bound
+    hedge_after: float | None = -1.0  # seconds before asking a second replica; -1 adaptive, None off
     listing_page_cap: int | None = None
     log_level: str = "info"
     log_file: str | None = None
@@ -94,6 +95,17 @@ def _positive_seconds(value: str, name: str) -> float:
     return v
 
 
+def _hedge_after(value: str) -> float | None:
+    """`off`, `auto`, or milliseconds (0 to 60000) as seconds."""
+    if value == "off":
+        return None
+    if value == "auto":
+        return -1.0
+    if not value.isdigit() or int(value) > 60_000:
+        raise ConfigError(f"option hedge_after: {value!r} must be off, auto or milliseconds from 0 to 60000")
+    return int(value) / 1000
+
+
 def _id(value: str, name: str) -> int:
     if not value.isdigit() or int(value) >= 2**32 - 1:
         raise ConfigError(f"option {name}: {value!r} is not a numeric id")
@@ -131,6 +143,8 @@ Mount options (-o a,b=c):
   total_timeout=S        bound for reading one block across all replicas (default 30)
   namenode_timeout=S     bound for one NameNode call across retries and failover (default 30)
   request_timeout=S      every FUSE request answers within this bound (default 60)
+  hedge_after=MS         ask a second replica after MS milliseconds without an answer; `auto` (the
+                         default) derives it from each DataNode's recent latency; `off` never hedges
   listing_page_cap=N     stop listing a directory after N pages of 1000 entries (default: no cap)
   log_level=LEVEL        debug, info, warning or error (default info)
   log_file=PATH          log here when running in the background (default: syslog)
@@ -199,5 +213,7 @@ def _apply(opts: MountOptions, item: str) -> None:
         opts.metrics_port = _int(value, name, 1, 65535)
     elif name == "fsname":
         opts.fsname = value
+    elif name == "hedge_after":
+        opts.hedge_after = _hedge_after(value)
     else:
         raise ConfigError(f"unknown mount option {item!r} (see hdfsfuse --help)")

@@ -20,6 +20,7 @@ class Piece:
     offset_in_block: int
     length: int
     out_offset: int  # where these bytes go in the caller's result
+    block_start: int = 0  # the block's file offset: names the block across location refreshes
 
 
 def clamp(offset: int, length: int, file_length: int) -> int:
@@ -42,12 +43,14 @@ def plan_pieces(block_starts: Sequence[int], block_lengths: Sequence[int], offse
         if i >= len(block_starts):
             raise ValueError(f"range ends at {end}, past the last block")
         start = block_starts[i]
+        if start > pos:
+            raise ValueError(f"no block holds offset {pos}")
         block_end = start + block_lengths[i]
         if pos >= block_end:  # an empty block, or the range starts at this block's end
             i += 1
             continue
         n = min(end, block_end) - pos
-        pieces.append(Piece(i, pos - start, n, pos - offset))
+        pieces.append(Piece(i, pos - start, n, pos - offset, start))
         pos += n
         i += 1
     return pieces

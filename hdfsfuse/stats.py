@@ -20,6 +20,10 @@ class Stats:
     checksum_failures: int = 0
     replica_failovers: int = 0
     bad_block_reports: int = 0
+    token_refreshes: int = 0  # block tokens refused by a DataNode and fetched again
+    hedged_reads: int = 0  # reads that also asked a second replica after the hedging threshold
+    hedge_wins: int = 0  # ...and got their bytes from it first
+    files_changed: int = 0  # reads refused because an open file was replaced, truncated or deleted
     cache_hits: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     cache_misses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
@@ -47,6 +51,10 @@ def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failove
         "checksum_failures": stats.checksum_failures,
         "replica_failovers": stats.replica_failovers,
         "bad_block_reports": stats.bad_block_reports,
+        "token_refreshes": stats.token_refreshes,
+        "hedged_reads": stats.hedged_reads,
+        "hedge_wins": stats.hedge_wins,
+        "files_changed": stats.files_changed,
         "namenode_failovers": namenode_failovers,
         "namenode_rpcs": dict(sorted(rpc_calls.items())),
         "cache_hits": dict(sorted(stats.cache_hits.items())),
@@ -67,6 +75,10 @@ _HELP = {
     "checksum_failures": "Checksum mismatches detected.",
     "replica_failovers": "Reads moved to another replica after a failure.",
     "bad_block_reports": "Corrupt replicas reported to the NameNode.",
+    "token_refreshes": "Block tokens refused by a DataNode and fetched again.",
+    "hedged_reads": "Reads that also asked a second replica after the hedging threshold.",
+    "hedge_wins": "Hedged reads answered first by the second replica.",
+    "files_changed": "Reads refused because the open file was replaced, truncated or deleted.",
     "namenode_failovers": "Switches to another NameNode.",
     "namenode_rpcs": "NameNode RPCs by method.",
     "cache_hits": "Cache hits by cache.",

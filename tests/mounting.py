@@ -23,14 +23,15 @@ def is_mounted(mountpoint: str) -> bool:
 class Mount:
     """One hdfsfuse mount of a cluster (background mode, or a foreground process)."""
 
-    def __init__(self, cluster: MiniDfs, *options: str, root: str = "", foreground: bool = False) -> None:
+    def __init__(self, cluster: MiniDfs, *options: str, root: str = "", foreground: bool = False,
+                 command: list[str] | None = None) -> None:
         self.cluster = cluster
         self.dir = tempfile.mkdtemp(prefix="hdfsfuse-mnt-")
         self.log = Path(self.dir + ".log")
         opts = [f"hadoop_conf={cluster.conf_dir}", *options]
         if not foreground:
             opts.append(f"log_file={self.log}")
-        self.argv = [*HDFSFUSE, "mount", cluster.uri + root, self.dir, "-o", ",".join(opts)]
+        self.argv = [*(command or HDFSFUSE), "mount", cluster.uri + root, self.dir, "-o", ",".join(opts)]
         self.proc: subprocess.Popen[bytes] | None = None
         if foreground:
             self.argv.append("-f")

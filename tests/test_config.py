@@ -156,3 +156,30 @@ def test_fuzz_uri_resolution(uri: str) -> None:
     except ConfigError:
         return
     assert t.path.startswith("/") and t.addresses
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("[::1]:8020", ("::1", 8020)), ("[fe80::2]", ("fe80::2", 8020)), ("fe80::2", ("fe80::2", 8020)),
+     ("[2001:db8::7]:9000", ("2001:db8::7", 9000))],
+)
+def test_ipv6_namenode_addresses_in_config(value: str, expected: tuple[str, int]) -> None:
+    t = resolve_uri("hdfs://ns/", {"dfs.ha.namenodes.ns": "a", "dfs.namenode.rpc-address.ns.a": value})
+    assert t.addresses == (expected,)
+
+
+def test_ipv6_uri_label_and_datanode_addresses() -> None:
+    from hdfsfuse.client import xfer_address
+    from hdfsfuse.config import ClusterSettings
+    from hdfsfuse.proto import hdfs_pb2
+
+    assert resolve_uri("hdfs://[::1]:8021/z", {}).label == "[::1]:8021"
+    loc = hdfs_pb2.DatanodeInfoProto()
+    loc.id.ipAddr, loc.id.hostName, loc.id.xferPort = "fd00::5", "dn5.example.com", 9866
+    assert xfer_address(loc) == "[fd00::5]:9866"
+    assert xfer_address(loc, use_hostname=True) == "dn5.example.com:9866"
+    settings = ClusterSettings.from_conf({"dfs.client.use.datanode.hostname": "true",
+                                          "dfs.data.transfer.protection": " privacy "})
+    assert settings.use_datanode_hostname and settings.data_transfer_protection == "privacy"
+    assert resolve_uri("hdfs://nn:1/", {"dfs.client.use.datanode.hostname": "true"}).settings == settings.__class__(
+        use_datanode_hostname=True)

@@ -3,6 +3,7 @@ identity mapping with allow_other, live stats, the metrics port and HDFS xattrs.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pwd
@@ -11,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -193,8 +193,13 @@ def test_hdfs_xattrs(cluster: MiniDfs, shared_mount, data_dir: str) -> None:  # 
     assert os.listxattr(shared_mount.path(data_dir)) == []
 
 
-def test_stats_xattr_is_only_on_the_root(shared_mount) -> None:  # type: ignore[no-untyped-def]
+def test_stats_xattr_is_only_on_the_root(cluster: MiniDfs, shared_mount, data_dir: str) -> None:  # type: ignore[no-untyped-def]
     assert "user.hdfsfuse.stats" in os.listxattr(shared_mount.dir)
     snap = json.loads(os.getxattr(shared_mount.dir, "user.hdfsfuse.stats"))
     assert {"app_bytes_read", "amplification", "datanode_connects", "cache_hits", "uptime_seconds"} <= set(snap)
-    time.sleep(0.01)
+    cluster.put_bytes(b"not the root", f"{data_dir}/f")
+    for non_root in (shared_mount.path(data_dir), shared_mount.path(f"{data_dir}/f")):
+        assert "user.hdfsfuse.stats" not in os.listxattr(non_root)
+        with pytest.raises(OSError) as e:
+            os.getxattr(non_root, "user.hdfsfuse.stats")
+        assert e.value.errno == errno.ENODATA

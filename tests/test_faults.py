@@ -213,18 +213,18 @@ async def test_malformed_datanode_bytes_fail_over_or_eio(cluster: MiniDfs, data_
             impostor.CopyFrom(f.blocks[0].locs[0])
             impostor.id.xferPort = fake_port
             f.blocks[0].locs.insert(0, impostor)
-            f.set_blocks(f.blocks, f.length, False)
+            f.forget_plans()
             assert bytes(await client.read_range(f, 0, 4096)) == data  # failed over to a real replica
             del f.blocks[0].locs[1:]
-            f.set_blocks(f.blocks, f.length, False)
-            client.refresh = _no_refresh  # type: ignore[method-assign]
+            f.forget_plans()
+            client._locate = _no_locate  # type: ignore[method-assign]
             with pytest.raises(errors.BlockUnavailable) as e:
                 await client.read_range(f, 0, 4096)
             assert errors.to_errno(e.value) == errno.EIO
         n.cancel_scope.cancel()
 
 
-async def _no_refresh(file: object) -> None:
+async def _no_locate(file: object, offset: int, length: int) -> None:
     """Keep the fake replica as the only location (a real refresh would restore the good ones)."""
 
 

@@ -17,13 +17,13 @@ LENGTHS = [MiB, MiB, 1000]
     ("offset", "length", "pieces"),
     [
         (0, 0, []),
-        (0, 1, [Piece(0, 0, 1, 0)]),
-        (100, 4096, [Piece(0, 100, 4096, 0)]),
-        (MiB - 10, 20, [Piece(0, MiB - 10, 10, 0), Piece(1, 0, 10, 10)]),
-        (MiB, 10, [Piece(1, 0, 10, 0)]),
-        (MiB - 1, MiB + 2, [Piece(0, MiB - 1, 1, 0), Piece(1, 0, MiB, 1), Piece(2, 0, 1, MiB + 1)]),
-        (2 * MiB + 999, 1, [Piece(2, 999, 1, 0)]),
-        (0, 2 * MiB + 1000, [Piece(0, 0, MiB, 0), Piece(1, 0, MiB, MiB), Piece(2, 0, 1000, 2 * MiB)]),
+        (0, 1, [Piece(0, 0, 1, 0, 0)]),
+        (100, 4096, [Piece(0, 100, 4096, 0, 0)]),
+        (MiB - 10, 20, [Piece(0, MiB - 10, 10, 0, 0), Piece(1, 0, 10, 10, MiB)]),
+        (MiB, 10, [Piece(1, 0, 10, 0, MiB)]),
+        (MiB - 1, MiB + 2, [Piece(0, MiB - 1, 1, 0, 0), Piece(1, 0, MiB, 1, MiB), Piece(2, 0, 1, MiB + 1, 2 * MiB)]),
+        (2 * MiB + 999, 1, [Piece(2, 999, 1, 0, 2 * MiB)]),
+        (0, 2 * MiB + 1000, [Piece(0, 0, MiB, 0, 0), Piece(1, 0, MiB, MiB, MiB), Piece(2, 0, 1000, 2 * MiB, 2 * MiB)]),
     ],
 )
 def test_plan_pieces(offset: int, length: int, pieces: list[Piece]) -> None:
@@ -31,12 +31,17 @@ def test_plan_pieces(offset: int, length: int, pieces: list[Piece]) -> None:
 
 
 def test_empty_block_is_skipped() -> None:
-    assert plan_pieces([0, 10, 10], [10, 0, 5], 8, 4) == [Piece(0, 8, 2, 0), Piece(2, 0, 2, 2)]
+    assert plan_pieces([0, 10, 10], [10, 0, 5], 8, 4) == [Piece(0, 8, 2, 0, 0), Piece(2, 0, 2, 2, 10)]
 
 
 def test_range_past_blocks_is_an_error() -> None:
     with pytest.raises(ValueError, match="past the last block"):
         plan_pieces(STARTS, LENGTHS, 2 * MiB, 1001)
+
+
+def test_a_gap_between_known_blocks_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no block holds offset 100"):
+        plan_pieces([0, 200], [100, 100], 50, 100)
 
 
 @pytest.mark.parametrize(
@@ -58,6 +63,6 @@ def test_pieces_cover_the_range_exactly(lengths: list[int], data: st.DataObject)
     pos = offset
     for p in pieces:
         assert p.length > 0 and starts[p.block_index] + p.offset_in_block == pos
-        assert p.out_offset == pos - offset
+        assert p.out_offset == pos - offset and p.block_start == starts[p.block_index]
         assert p.offset_in_block + p.length <= lengths[p.block_index]
         pos += p.length

@@ -21,8 +21,10 @@ MiB = 1 << 20
 
 
 @asynccontextmanager
-async def client_for(cluster: MiniDfs, **options: object) -> AsyncIterator[HdfsClient]:
-    async with HdfsClient.connect(cluster.uri, conf_dir=cluster.conf_dir,
+async def client_for(cluster: MiniDfs, conf_dir: str | None = None, **options: object) -> AsyncIterator[HdfsClient]:
+    """A library client. Hedging is off unless asked for: these tests count DataNode ops exactly."""
+    options.setdefault("hedge_after", None)
+    async with HdfsClient.connect(cluster.uri, conf_dir=conf_dir or cluster.conf_dir,
                                   options=ClientOptions(**options)) as client:  # type: ignore[arg-type]
         yield client
 
@@ -202,13 +204,17 @@ async def test_block_tokens_are_forwarded_and_refreshed(fresh_cluster) -> None: 
         assert bytes(await client.read_range(f, 10, 1000)) == data[10:1010]
         # A token the DataNode refuses (ERROR_ACCESS_TOKEN) is replaced by a fresh one.
         f.blocks[0].blockToken.password = b"forged" * 4
-        f.set_blocks(f.blocks, f.length, f.under_construction)
+        f.forget_plans()
+        locates = client.namenode.calls["getBlockLocations"]
         assert bytes(await client.read_range(f, 500, 600)) == data[500:1100]
+        assert client.stats.token_refreshes == 1
+        assert client.namenode.calls["getBlockLocations"] == locates + 1
+        assert f.blocks[0].blockToken.password != b"forged" * 4
 
 
 
 
-async def test_datanode_closing_right_after_the_op_suggests_sasl() -> None:
+async def test_datanode_closing_right_after_the_op_is_an_io_failure_not_sasl() -> None:
     async def handler(stream: trio.SocketStream) -> None:
         await stream.receive_some(65536)
         await stream.aclose()
@@ -217,9 +223,27 @@ async def test_datanode_closing_right_after_the_op_suggests_sasl() -> None:
         listeners = await n.start(trio.serve_tcp, handler, 0)
         port = listeners[0].socket.getsockname()[1]
         pool = ConnectionPool()
-        with pytest.raises(errors.AuthenticationRequired, match=r"dfs\.data\.transfer\.protection"):
+        with pytest.raises(errors.ConnectionLost, match="right after the READ_BLOCK request") as e:
             await read_replica(pool, f"127.0.0.1:{port}", b"\x00\x1c\x51\x00", 0, 10, "blk", Timeouts(), Stats())
+        assert not isinstance(e.value, errors.AuthenticationRequired)
         n.cancel_scope.cancel()
+
+
+async def test_sasl_is_concluded_from_the_cluster_settings(cluster: MiniDfs, data_dir: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+
+    cluster.put_bytes(b"x" * 100, f"{data_dir}/p")
+    conf = tmp_path / "conf"
+    shutil.copytree(cluster.conf_dir, conf)
+    site = (conf / "hdfs-site.xml").read_text()
+    (conf / "hdfs-site.xml").write_text(site.replace(
+        "</configuration>",
+        "<property><name>dfs.data.transfer.protection</name><value>integrity</value></property></configuration>"))
+    async with client_for(cluster, conf_dir=str(conf)) as client:
+        with pytest.raises(errors.AuthenticationRequired, match=r"dfs\.data\.transfer\.protection=integrity"):
+            await client.open(f"{data_dir}/p")
+    async with client_for(cluster) as client:  # without the setting, the same file reads
+        assert bytes(await client.read_range(f"{data_dir}/p", 0, 100)) == b"x" * 100
 
 
 async def test_hung_datanode_times_out() -> None:

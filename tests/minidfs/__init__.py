@@ -296,6 +296,22 @@ class MiniDfs:
         return {d["xfer"]: d for d in self.command("metrics")["datanodes"]}
 
     def metrics_total(self) -> dict[str, int]:
+        """Totals over all DataNodes, once two readings 30 ms apart agree (at most 2 s).
+
+        A DataNode bumps BytesRead a moment before ReadBlockOpNumOps, so a single reading taken
+        as a baseline can hold one op's bytes without the op itself.
+        """
+        deadline = time.monotonic() + 2.0
+        last = self._metrics_once()
+        while time.monotonic() < deadline:
+            time.sleep(0.03)
+            now = self._metrics_once()
+            if now == last:
+                break
+            last = now
+        return last
+
+    def _metrics_once(self) -> dict[str, int]:
         totals = {"BytesRead": 0, "ReadBlockOpNumOps": 0, "BlocksRead": 0}
         for d in self.metrics().values():
             for k in totals:
@@ -310,9 +326,9 @@ class MiniDfs:
         """
         deadline = time.monotonic() + timeout
         while True:
-            totals = self.metrics_total()
+            totals = self._metrics_once()
             if totals["ReadBlockOpNumOps"] >= before["ReadBlockOpNumOps"] + read_ops:
-                return totals
+                return self.metrics_total()
             if time.monotonic() > deadline:
                 raise MiniDfsError(f"DataNodes accounted {totals} within {timeout}s, wanted {read_ops} more ops")
             time.sleep(0.02)
@@ -337,6 +353,23 @@ class MiniDfs:
     def append_close(self, path: str) -> None:
         self.command("append_close", path=path)
 
+    def allow_snapshot(self, path: str) -> None:
+        self.command("allow_snapshot", path=path)
+
+    def create_snapshot(self, path: str, name: str) -> str:
+        return str(self.command("create_snapshot", path=path, name=name)["path"])
+
+    def delete_snapshot(self, path: str, name: str) -> None:
+        self.command("delete_snapshot", path=path, name=name)
+
+    def rename(self, src: str, dst: str) -> None:
+        """Rename `src` to `dst`, replacing an existing destination file."""
+        self.command("rename", src=src, dst=dst)
+
+    def truncate(self, path: str, length: int) -> None:
+        """Truncate `path` to `length` bytes and wait until the file is closed again."""
+        self.command("truncate", path=path, length=length)
+
     # ----- the wire-byte referee ----------------------------------------------------------------
 
     @contextmanager
@@ -350,6 +383,28 @@ class MiniDfs:
 
 
 _wire_ids = itertools.count()
+
+
+@contextmanager
+def slow_port(port: int, rate: str) -> Iterator[None]:
+    """Rate-limit what one DataNode sends (its xfer port, on loopback): tc htb plus a u32 filter.
+
+    This kernel has no netem; an htb class with a low rate, matched on the source port, slows
+    that DataNode's replies only. Removed again on exit.
+    """
+    script = [
+        "qdisc add dev lo root handle 1: htb default 1",
+        "class add dev lo parent 1: classid 1:1 htb rate 100gbit",
+        f"class add dev lo parent 1: classid 1:2 htb rate {rate} ceil {rate} burst 1600 cburst 1600",
+        f"filter add dev lo parent 1: protocol ip prio 1 u32 match ip sport {port} 0xffff flowid 1:2",
+    ]
+    subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
+    try:
+        for line in script:
+            subprocess.run(["tc", *line.split()], check=True, capture_output=True)
+        yield
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
 
 
 class WireCounter:

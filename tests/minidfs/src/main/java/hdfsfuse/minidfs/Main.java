@@ -386,6 +386,31 @@ public final class Main {
         o.close();
         break;
       }
+      case "allow_snapshot": fs().allowSnapshot(new Path(text(cmd, "path"))); break;
+      case "create_snapshot":
+        r.put("path", fs().createSnapshot(new Path(text(cmd, "path")), text(cmd, "name")).toUri().getPath());
+        break;
+      case "delete_snapshot": fs().deleteSnapshot(new Path(text(cmd, "path")), text(cmd, "name")); break;
+      case "rename":
+        // Overwrite allowed: an existing destination file is replaced, as INSERT OVERWRITE does.
+        fs().rename(new Path(text(cmd, "src")), new Path(text(cmd, "dst")),
+            org.apache.hadoop.fs.Options.Rename.OVERWRITE);
+        break;
+      case "truncate": {
+        Path p = new Path(text(cmd, "path"));
+        boolean done = fs().truncate(p, cmd.get("length").asLong());
+        if (!done) {
+          // The last block is being recovered to the new length: wait until the file is closed.
+          long deadline = System.currentTimeMillis() + 60_000;
+          while (!fs().isFileClosed(p)) {
+            if (System.currentTimeMillis() > deadline) {
+              throw new IllegalStateException("truncate recovery of " + p + " did not finish");
+            }
+            Thread.sleep(50);
+          }
+        }
+        break;
+      }
       case "shutdown": break;
       default: throw new IllegalArgumentException("unknown command: " + name);
     }
