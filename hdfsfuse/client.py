@@ -300,18 +300,13 @@ class HdfsClient:
             if last.b.numBytes:
                 return last.b.numBytes, f"{path}: the block being written has no locations yet"
             return 0, ""
-        if last.blockToken.identifier:
-            # ClientDatanodeProtocol checks the block token, which needs SASL (DIGEST-MD5) on the IPC.
-            return last.b.numBytes, (
-                f"{path}: the readable length of block {last.b.blockId}, being written, needs the DataNode's "
-                "getReplicaVisibleLength with the block token (SASL on DataNode IPC), which hdfsfuse does not "
-                "support yet; reading past the NameNode's length is refused"
-            )
         errors = []
         for loc in last.locs:
+            # With block tokens on, ClientDatanodeProtocol authenticates with the block token (SASL).
             conn = RpcConnection(
                 loc.id.ipAddr, loc.id.ipcPort, user=self.namenode.user, nursery=self._nursery,
                 protocol=ipc.DATANODE_PROTOCOL, connect_timeout=self.options.timeouts.connect,
+                token=last.blockToken if last.blockToken.identifier else None,
             )
             try:
                 body = await conn.call(

@@ -19,6 +19,11 @@ Every frame after it, in both directions:
     request:  RpcRequestHeaderProto, then IpcConnectionContextProto (callId -3), or
               RequestHeaderProto + the method's request message (callId >= 0)
     response: RpcResponseHeaderProto, then the response message on SUCCESS only
+
+Token authentication (DataNode IPC with a block token) puts a SASL exchange before the
+context: the preamble ends in 0xDF instead of 0x00, and RpcSaslProto frames (callId -33)
+go both ways: NEGOTIATE ->, <- NEGOTIATE (auths, DIGEST-MD5 challenge), INITIATE (response)
+->, <- SUCCESS (rspauth). The context then carries no user: the token names it.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from hdfsfuse.proto import rpc_pb2
 from hdfsfuse.wire import NEED_DATA, NeedData, ProtocolError, _NeedDataType, delimited, read_delimited
 
 PREAMBLE = b"hrpc\x09\x00\x00"
+SASL_PREAMBLE = b"hrpc\x09\x00\xdf"
+SASL_CALL_ID = -33
 CLIENT_PROTOCOL = "org.apache.hadoop.hdfs.protocol.ClientProtocol"
 DATANODE_PROTOCOL = "org.apache.hadoop.hdfs.protocol.ClientDatanodeProtocol"
 PROTOCOL_VERSION = 1
@@ -62,10 +69,20 @@ def _frame(*parts: bytes) -> bytes:
 
 def encode_handshake(client_id: bytes, user: str, protocol: str = CLIENT_PROTOCOL) -> bytes:
     """The preamble plus the connection context: everything a SIMPLE client sends first."""
-    context = rpc_pb2.IpcConnectionContextProto(
-        userInfo=rpc_pb2.UserInformationProto(effectiveUser=user), protocol=protocol
-    ).SerializeToString()
-    return PREAMBLE + _frame(_request_header(CONNECTION_CONTEXT_CALL_ID, client_id, -1), context)
+    return PREAMBLE + encode_context(client_id, user, protocol)
+
+
+def encode_context(client_id: bytes, user: str | None, protocol: str = CLIENT_PROTOCOL) -> bytes:
+    """The connection context frame (no user after token authentication)."""
+    context = rpc_pb2.IpcConnectionContextProto(protocol=protocol)
+    if user is not None:
+        context.userInfo.effectiveUser = user
+    return _frame(_request_header(CONNECTION_CONTEXT_CALL_ID, client_id, -1), context.SerializeToString())
+
+
+def encode_sasl(message: rpc_pb2.RpcSaslProto) -> bytes:
+    """One SASL frame (callId -33)."""
+    return _frame(_request_header(SASL_CALL_ID, b"", -1), message.SerializeToString())
 
 
 def encode_call(

@@ -8,6 +8,9 @@ framing lives in `hdfsfuse.ipc`; failover and retries live in `hdfsfuse.namenode
 - Every call has a deadline. A call cancelled mid-send closes the connection, because a
   partial frame would corrupt the stream.
 - EOF, a reset or a FATAL frame fails every waiting call; the next call reconnects.
+- With a token (DataNode IPC and block tokens), the connection first authenticates with SASL
+  DIGEST-MD5 (`_authenticate`, bounded by the connect timeout); the pure parts are in
+  `hdfsfuse.sasl` and `hdfsfuse.ipc`.
 - `aclose()` is safe under cancellation.
 """
 
@@ -19,11 +22,14 @@ import uuid
 
 import trio
 
-from hdfsfuse import ipc
+from hdfsfuse import ipc, sasl
 from hdfsfuse.errors import ConnectionLost, HdfsError, RpcTimeout, from_remote
+from hdfsfuse.proto import rpc_pb2
 from hdfsfuse.wire import NEED_DATA, ProtocolError
 
 log = logging.getLogger(__name__)
+
+SaslState = rpc_pb2.RpcSaslProto
 
 
 class _Slot:
@@ -65,6 +71,7 @@ class RpcConnection:
         client_id: bytes | None = None,
         connect_timeout: float = 10.0,
         max_frame: int = ipc.DEFAULT_MAX_FRAME,
+        token: rpc_pb2.TokenProto | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -73,6 +80,7 @@ class RpcConnection:
         self.client_id = client_id or uuid.uuid4().bytes
         self.connect_timeout = connect_timeout
         self.max_frame = max_frame
+        self.token = token
         self._nursery = nursery
         self._link: _Link | None = None
         self._connect_lock = trio.Lock()
@@ -104,7 +112,15 @@ class RpcConnection:
             link = _Link(stream)
             try:
                 # No reply comes for the context; the first call's reply proves the handshake.
-                await stream.send_all(ipc.encode_handshake(self.client_id, self.user, self.protocol))
+                if self.token is None:
+                    await stream.send_all(ipc.encode_handshake(self.client_id, self.user, self.protocol))
+                else:
+                    with trio.fail_after(self.connect_timeout):
+                        user = await self._authenticate(stream, self.token)
+                    await stream.send_all(ipc.encode_context(self.client_id, user, self.protocol))
+            except trio.TooSlowError:
+                await trio.aclose_forcefully(stream)
+                raise ConnectionLost(f"SASL with {self.address} took longer than {self.connect_timeout:g}s") from None
             except BaseException:
                 await trio.aclose_forcefully(stream)
                 raise
@@ -112,6 +128,49 @@ class RpcConnection:
             self.connects += 1
             self._nursery.start_soon(self._reader, link)
             return link
+
+    async def _authenticate(self, stream: trio.SocketStream, token: rpc_pb2.TokenProto) -> str | None:
+        """SASL TOKEN/DIGEST-MD5 before the context; the user to put in the context (None for a token)."""
+        reader = ipc.ResponseReader(self.max_frame)
+
+        async def receive() -> rpc_pb2.RpcSaslProto:
+            while True:
+                resp = reader.next_response()
+                if resp is not NEED_DATA:
+                    break
+                data = await stream.receive_some(65536)
+                if not data:
+                    raise ConnectionLost(f"{self.address} closed the connection during SASL")
+                reader.feed(data)
+            assert isinstance(resp, ipc.RpcResponse)
+            if resp.fatal or resp.body is None:
+                raise from_remote(resp.exception_class, resp.error_msg)
+            if resp.call_id != ipc.SASL_CALL_ID:
+                raise ProtocolError(f"{self.address} answered SASL with call id {resp.call_id}")
+            return rpc_pb2.RpcSaslProto.FromString(resp.body)
+
+        await stream.send_all(ipc.SASL_PREAMBLE + ipc.encode_sasl(rpc_pb2.RpcSaslProto(state=SaslState.NEGOTIATE)))
+        offer = await receive()
+        if offer.state == SaslState.SUCCESS:  # the server only does SIMPLE: it switched
+            return self.user
+        chosen = next((a for a in offer.auths if a.method == "TOKEN" and a.mechanism == "DIGEST-MD5"), None)
+        if offer.state != SaslState.NEGOTIATE or chosen is None:
+            methods = ", ".join(f"{a.method}/{a.mechanism}" for a in offer.auths) or "none"
+            raise sasl.SaslError(f"{self.address} offers no token authentication (offers {methods})")
+        digest = sasl.DigestMd5Client(*sasl.token_credentials(token.identifier, token.password),
+                                      protocol=chosen.protocol, server=chosen.serverId)
+        echo = rpc_pb2.RpcSaslProto.SaslAuth()
+        echo.CopyFrom(chosen)
+        echo.ClearField("challenge")
+        initiate = rpc_pb2.RpcSaslProto(state=SaslState.INITIATE, token=digest.respond(chosen.challenge), auths=[echo])
+        await stream.send_all(ipc.encode_sasl(initiate))
+        done = await receive()
+        if done.state != SaslState.SUCCESS:
+            raise sasl.SaslError(f"{self.address} did not accept the token (SASL state {done.state})")
+        digest.verify(done.token)
+        if reader.buffered:
+            raise ProtocolError(f"{self.address} sent data after SASL success")
+        return None
 
     async def _reader(self, link: _Link) -> None:
         reader = ipc.ResponseReader(self.max_frame)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 
@@ -203,26 +202,50 @@ def test_a_polling_reader_sees_growth_with_one_open_fd(
         cluster.append_close(path)
 
 
-def test_reading_past_the_known_end_with_block_tokens_fails_loudly(
+def test_block_tokens_give_the_visible_length_through_sasl(
     fresh_cluster: Callable[..., MiniDfs], mount: Callable[..., Mount], tmp_path,  # type: ignore[no-untyped-def]
 ) -> None:
-    """With block tokens, the visible length needs the DataNode IPC with the token: never a silent EOF."""
+    """With block tokens, the visible length comes from the DataNode IPC, authenticated by the token."""
     c = fresh_cluster(datanodes=1, block_tokens=True)
     src = tmp_path / "part"
-    src.write_bytes(random_bytes(5000, seed=120))
+    first, second = random_bytes(5000, seed=120), random_bytes(3000, seed=121)
+    src.write_bytes(first)
     c.append_open("/w", src)
     try:
         m = mount(c, "direct_io")
-        fd = os.open(m.path("/w"), os.O_RDONLY)
-        try:
-            known = os.fstat(fd).st_size  # the NameNode's figure, which may lag behind what was hflushed
-            assert 0 < known <= 5000
-            with pytest.raises(OSError) as e:
-                os.pread(fd, 100, known)
-            assert e.value.errno == errno.EIO
-        finally:
-            os.close(fd)
-        assert "getReplicaVisibleLength with the block token" in m.log_text()
+        with open(m.path("/w"), "rb", buffering=0) as f:
+            assert f.read() == first
+            src.write_bytes(second)
+            c.append_open("/w", src)
+            got = b""
+
+            def caught_up() -> bool:
+                nonlocal got
+                got += f.read() or b""
+                return len(got) >= len(second)
+
+            wait_until(caught_up, "the reader saw the second hflush")
+            assert got == second
+    finally:
+        c.append_close("/w")
+
+
+async def test_unknown_visible_length_fails_loudly_not_short(
+    fresh_cluster: Callable[..., MiniDfs], tmp_path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """When no DataNode can say how far a block being written reaches, a read at the end is an error."""
+    from hdfsfuse import sasl
+
+    c = fresh_cluster(datanodes=1, block_tokens=True)
+    (tmp_path / "part").write_bytes(random_bytes(5000, seed=122))
+    c.append_open("/w", tmp_path / "part")
+    try:
+        monkeypatch.setattr(sasl, "token_credentials", lambda ident, pw: ("bm9ib2R5", "d3Jvbmc="))
+        async with library(c) as client:
+            f = await client.open("/w")
+            assert f.length_unknown and "no DataNode gave the readable length" in f.length_unknown
+            with pytest.raises(errors.BlockUnavailable, match="readable length"):
+                await client.read_range(f, f.length, 100)
     finally:
         c.append_close("/w")
 
