@@ -4,6 +4,7 @@ restarts and failover, killed readers, malformed DataNode bytes. Every byte read
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import struct
@@ -75,10 +76,11 @@ def test_corrupt_replica_through_the_mount(fresh_cluster, mount) -> None:  # typ
     assert "reported corrupt replica" in m.log_text()
 
 
-def test_hung_datanode_moves_to_another_replica(fresh_cluster, mount) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("hedging", ["hedge_after=auto", "hedge_after=off"])
+def test_hung_datanode_moves_to_another_replica(fresh_cluster, mount, hedging: str) -> None:  # type: ignore[no-untyped-def]
     c: MiniDfs = fresh_cluster(datanodes=3)
     data = c.put_bytes(random_bytes(2 * MiB, seed=72), "/hang")
-    m = mount(c, FAST, "direct_io")
+    m = mount(c, FAST, "direct_io", hedging)
     fd = os.open(m.path("/hang"), os.O_RDONLY)
     try:
         assert os.pread(fd, 4096, 0) == data[:4096]  # a pooled connection to the replica in use now exists
@@ -86,7 +88,11 @@ def test_hung_datanode_moves_to_another_replica(fresh_cluster, mount) -> None:  
         assert len(in_use) == 1
         with blackhole(in_use):
             assert os.pread(fd, 100_000, 5000) == data[5000:105_000]
-            assert "trying the next replica" in m.log_text()
+            snap = json.loads(os.getxattr(m.dir, "user.hdfsfuse.stats"))
+            if hedging == "hedge_after=off":  # the read timeout leaves the hung replica
+                assert "trying the next replica" in m.log_text() and snap["replica_failovers"] >= 1
+            else:  # a second replica is asked long before the read timeout, and answers first
+                assert snap["hedged_reads"] >= 1 and snap["hedge_wins"] >= 1
     finally:
         os.close(fd)
 

@@ -373,3 +373,45 @@ def test_unexpected_exceptions_fail_only_their_reads(
     assert "read " in log and "unexpected error" in log and "injected fault in a read" in log
     assert "readahead of" in log and "RuntimeError: injected fault in a prefetch" in log
     assert len([ln for ln in log.splitlines() if "injected fault in a read" in ln]) == 1
+
+
+# ----- 7. scale: streamed listings, bounded caches ------------------------------------------------
+
+
+def test_listing_streams_page_by_page(cluster: MiniDfs, mount: Callable[..., Mount], data_dir: str) -> None:
+    cluster.touch_many(f"{data_dir}/many", 3500)
+    m = mount(cluster)
+    os.stat(m.path(f"{data_dir}/many"))
+    before = cluster.nn_metrics()["GetListingOps"]
+    with os.scandir(m.path(f"{data_dir}/many")) as it:
+        first = next(it)
+        after_first = cluster.nn_metrics()["GetListingOps"]
+        rest = [e.name for e in it]
+    after_all = cluster.nn_metrics()["GetListingOps"]
+    assert after_first - before == 1  # the first entry after one page, not the whole directory
+    assert after_all - before == 4  # 3500 entries: four pages of at most 1000
+    assert [first.name, *rest] == [f"f-{i:05d}" for i in range(3500)]
+
+
+def test_listing_page_cap_truncates_with_a_warning(
+    cluster: MiniDfs, mount: Callable[..., Mount], data_dir: str,
+) -> None:
+    cluster.touch_many(f"{data_dir}/capped", 2500)
+    m = mount(cluster, "listing_page_cap=2")
+    assert sorted(os.listdir(m.path(f"{data_dir}/capped"))) == [f"f-{i:05d}" for i in range(2000)]
+    assert "listing truncated at listing_page_cap=2 pages (2000 entries shown, 500 more not listed)" in m.log_text()
+
+
+def test_negative_cache_is_bounded() -> None:
+    from types import SimpleNamespace
+
+    from hdfsfuse.fs import NEGATIVE_CACHE_MAX, HdfsOperations
+    from hdfsfuse.options import MountOptions
+    from hdfsfuse.stats import Stats
+
+    client = SimpleNamespace(namenode=None, stats=Stats())
+    ops = HdfsOperations(client, "/", MountOptions(), "/mnt", None)  # type: ignore[arg-type]
+    for i in range(3 * NEGATIVE_CACHE_MAX):
+        ops._remember_missing((1, f"missing-{i}".encode()))
+        assert len(ops._negative) <= NEGATIVE_CACHE_MAX
+    assert (1, f"missing-{3 * NEGATIVE_CACHE_MAX - 1}".encode()) in ops._negative  # the newest are kept

@@ -10,8 +10,11 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+import trio
+
 from hdfsfuse.client import ClientOptions, HdfsClient, xfer_address
 from hdfsfuse.datanode import Timeouts
+from hdfsfuse.replicas import SLOW_FACTOR
 from tests.conftest import random_bytes
 from tests.minidfs import MiniDfs, slow_port
 
@@ -26,7 +29,8 @@ async def test_hedged_reads_route_around_a_slow_datanode(fresh_cluster: Callable
         f = await client.open("/hedge")
         for off in range(0, 2 * MiB, 256 * 1024):  # learn every DataNode's healthy latency
             assert bytes(await client.read_range(f, off, 4096)) == data[off : off + 4096]
-        first = xfer_address(f.blocks[0].locs[0])
+        plan = f.block_plan(0, client.client_name, use_hostname=False)
+        first = client.replicas.order(plan.replicas, set(), trio.current_time())[0][0]  # read first now
         port = int(first.rsplit(":", 1)[1])
         rnd = random.Random(171)
         with slow_port(port, "40kbit"):
@@ -38,7 +42,7 @@ async def test_hedged_reads_route_around_a_slow_datanode(fresh_cluster: Callable
         assert client.stats.hedged_reads >= 1 and client.stats.hedge_wins >= 1
         assert client.stats.hedged_reads <= 5  # once measured slow, it is read after the others
         assert slow_ops <= 5
-        assert client.replicas.snapshot()[first] > 10 * min(client.replicas.snapshot().values())
+        assert client.replicas.snapshot()[first] > SLOW_FACTOR * min(client.replicas.snapshot().values())
 
 
 async def test_a_trickling_replica_is_left_for_another(fresh_cluster: Callable[..., MiniDfs]) -> None:

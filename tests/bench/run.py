@@ -6,7 +6,12 @@ Starts a 3-DataNode MiniDFSCluster, writes the data sets with the Java client, r
 workload for every contender, and writes `report.md`, `results.json` and PNG plots to DIR
 (default tests/bench/results). Referees: the DataNodes' own BytesRead / ReadBlockOpNumOps, the
 nftables wire-byte and SYN counters on the xfer ports, and the NameNode's operation counters.
-Figures are medians over `--reps` repetitions.
+
+One rule for every contender: each runs in a process of its own (`tests.bench.worker`, or the
+Java `Bench` main), does the same warm-up reads (other offsets than the measured ones), and
+only then does the referee read its "before" counters and start the clock. Repetitions are
+interleaved (every contender once per round), figures are medians over `--reps` rounds, and
+CPU per read is the contender's own process CPU (for the mount, the daemon's plus the reader's).
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -64,6 +68,7 @@ class Result:
     dn_read_ops: int
     connects: int
     nn_rpcs: int
+    cpu_seconds: float = 0.0  # the contender's own CPU during the timed reads (mount: daemon + reader)
 
     @property
     def rate(self) -> float:
@@ -72,6 +77,10 @@ class Result:
     @property
     def mbps(self) -> float:
         return self.app_bytes / self.seconds / 1e6 if self.seconds else 0.0
+
+    @property
+    def cpu_us_per_op(self) -> float:
+        return self.cpu_seconds / self.ops * 1e6 if self.ops else 0.0
 
 
 # ----- workloads: lists of (offset, length) ------------------------------------------------------
@@ -102,119 +111,46 @@ def seek_back_small(size: int, n: int, seed: int) -> list[tuple[int, int]]:
     return reads
 
 
-# ----- contenders ----------------------------------------------------------------------------------
+# ----- contenders: each a process of its own, driven by one rule ----------------------------------
+
+WARMUP_READS = 200
 
 
-def _split(reads: list[tuple[int, int]], threads: int) -> list[list[tuple[int, int]]]:
-    return [reads[i::threads] for i in range(threads)]
+@dataclasses.dataclass
+class Contender:
+    """How to start one contender on a workload: its argv, and the daemon whose CPU counts too."""
+
+    name: str
+    argv: Callable[[str, str, str, int], list[str]]  # (path, offsets file or "seq", warm-up file, threads)
+    daemon: Mount | None = None
 
 
-def _in_threads(work: Callable[[list[tuple[int, int]]], int], reads: list[tuple[int, int]],
-                threads: int) -> tuple[float, int]:
-    """Run `work` on `threads` shares of the reads at once; (seconds, bytes read)."""
-    done: list[int] = []
-    ts = [threading.Thread(target=lambda p=p: done.append(work(p))) for p in _split(reads, threads)]
-    t0 = time.perf_counter()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return time.perf_counter() - t0, sum(done)
+def _worker(kind: str, cluster: MiniDfs, mount: Mount | None = None) -> Callable[[str, str, str, int], list[str]]:
+    def argv(path: str, offsets: str, warmup: str, threads: int) -> list[str]:
+        args = [sys.executable, "-m", "tests.bench.worker", "--kind", kind, "--path", path, "--offsets", offsets,
+                "--warmup-offsets", warmup, "--threads", str(threads), "--uri", cluster.uri,
+                "--conf-dir", cluster.conf_dir]
+        return args + (["--mount-dir", mount.dir] if mount is not None else [])
+
+    return argv
 
 
-def mount_reader(mount: Mount, path: str, reads: list[tuple[int, int]], threads: int) -> tuple[float, int]:
-    def work(part: list[tuple[int, int]]) -> int:
-        fd = os.open(mount.path(path), os.O_RDONLY)
-        try:
-            return sum(len(os.pread(fd, length, off)) for off, length in part)
-        finally:
-            os.close(fd)
+def _java(cluster: MiniDfs, mode: str) -> Callable[[str, str, str, int], list[str]]:
+    def argv(path: str, offsets: str, warmup: str, threads: int) -> list[str]:
+        args = ["java", "-Xmx1g", "-cp", ensure_built(), "hdfsfuse.minidfs.Bench", "--conf-dir", cluster.conf_dir,
+                "--uri", cluster.uri, "--mode", "seq" if offsets == "seq" else mode, "--path", path,
+                "--threads", str(threads), "--warmup-offsets", warmup]
+        return args + ([] if offsets == "seq" else ["--offsets", offsets])
 
-    return _in_threads(work, reads, threads)
-
-
-def library_reader(cluster: MiniDfs, path: str, reads: list[tuple[int, int]], threads: int) -> tuple[float, int]:
-    async def main() -> tuple[float, int]:
-        async with HdfsClient.connect(cluster.uri, conf_dir=cluster.conf_dir) as client:
-            f = await client.open(path)
-            got: list[int] = []
-
-            async def work(part: list[tuple[int, int]]) -> None:
-                for off, length in part:
-                    data = await client.read_range(f, off, length)
-                    got.append(len(data))
-
-            t0 = time.perf_counter()
-            async with trio.open_nursery() as n:
-                for part in _split(reads, threads):
-                    n.start_soon(work, part)
-            return time.perf_counter() - t0, sum(got)
-
-    return trio.run(main)
+    return argv
 
 
-def library_sequential(cluster: MiniDfs, path: str, size: int) -> tuple[float, int]:
-    async def main() -> tuple[float, int]:
-        async with HdfsClient.connect(cluster.uri, conf_dir=cluster.conf_dir) as client:
-            f = await client.open(path)
-            chunk = 8 * MiB
-            total = 0
-            t0 = time.perf_counter()
-            # Two chunks in flight: a simple pipeline, as a streaming caller would do.
-            results: dict[int, int] = {}
-
-            async def fetch(off: int) -> None:
-                results[off] = len(await client.read_range(f, off, chunk))
-
-            for start in range(0, size, 2 * chunk):
-                async with trio.open_nursery() as n:
-                    for off in (start, start + chunk):
-                        if off < size:
-                            n.start_soon(fetch, off)
-            total = sum(results.values())
-            return time.perf_counter() - t0, total
-
-    return trio.run(main)
-
-
-def native_reader(cluster: MiniDfs, path: str, reads: list[tuple[int, int]], threads: int) -> tuple[float, int]:
-    from hdfs_native import Client
-
-    client = Client(cluster.uri)
-
-    def work(part: list[tuple[int, int]]) -> int:
-        with client.read(path) as f:
-            return sum(len(f.read_range(off, length)) for off, length in part)
-
-    return _in_threads(work, reads, threads)
-
-
-def native_sequential(cluster: MiniDfs, path: str) -> tuple[float, int]:
-    from hdfs_native import Client
-
-    client = Client(cluster.uri)
-    t0 = time.perf_counter()
-    n = 0
-    with client.read(path) as f:
-        while chunk := f.read(8 * MiB):
-            n += len(chunk)
-    return time.perf_counter() - t0, n
-
-
-def java(cluster: MiniDfs, mode: str, path: str, reads: list[tuple[int, int]] | None, threads: int = 1,
-         count: int = 0) -> tuple[float, int]:
-    classpath = ensure_built()
-    args = ["java", "-Xmx1g", "-cp", classpath, "hdfsfuse.minidfs.Bench", "--conf-dir", cluster.conf_dir,
-            "--uri", cluster.uri, "--mode", mode, "--path", path, "--threads", str(threads), "--count", str(count),
-            "--warmup", str(min(200, len(reads or []) // 10))]
-    with tempfile.NamedTemporaryFile("w", suffix=".offsets") as f:
-        if reads is not None:
-            f.write("".join(f"{o} {n}\n" for o, n in reads))
-            f.flush()
-            args += ["--offsets", f.name]
-        out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    r = json.loads(out.strip().splitlines()[-1])
-    return float(r["seconds"]), int(r["bytes"])
+def java(cluster: MiniDfs, mode: str, path: str, count: int) -> float:
+    """Seconds for `count` operations of a non-read Java mode (stat), timed inside the JVM."""
+    args = ["java", "-Xmx1g", "-cp", ensure_built(), "hdfsfuse.minidfs.Bench", "--conf-dir", cluster.conf_dir,
+            "--uri", cluster.uri, "--mode", mode, "--path", path, "--count", str(count)]
+    out = subprocess.run(args, input="go\n", capture_output=True, text=True, check=True).stdout
+    return float(json.loads(out.strip().splitlines()[-1])["seconds"])
 
 
 def drop_caches() -> None:
@@ -225,45 +161,79 @@ def drop_caches() -> None:
         pass
 
 
+def _process_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def daemon_pid(mount: Mount) -> int:
+    out = subprocess.run(["pgrep", "-f", f"hdfsfuse.cli mount .* {mount.dir}"], capture_output=True, text=True)
+    return min(int(p) for p in out.stdout.split())
+
+
 # ----- measuring -----------------------------------------------------------------------------------
 
 
-def measure(cluster: MiniDfs, workload: str, contender: str, ops: int, fn: Callable[[], tuple[float, int]]) -> Result:
+def measure(cluster: MiniDfs, workload: str, contender: Contender, ops: int, argv: list[str]) -> Result:
+    """Run one contender process: warm-up, then counters, then the timed reads (the one rule)."""
     drop_caches()
-    m0 = cluster.metrics_total()
-    nn0 = cluster.nn_metrics()
-    with cluster.wire() as wire:
-        seconds, app = fn()
-        time.sleep(0.3)  # let in-flight packets and the DataNodes' accounting land
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            if line.strip() == "warmed":
+                break
+        else:
+            raise RuntimeError(f"{contender.name} exited before warming up: {' '.join(argv)}")
+        pid = daemon_pid(contender.daemon) if contender.daemon is not None else None
+        cpu0 = _process_cpu(pid) if pid else 0.0
+        m0 = cluster.metrics_total()
+        nn0 = cluster.nn_metrics()
+        with cluster.wire() as wire:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            result = None
+            for line in proc.stdout:
+                if line.startswith("{"):
+                    result = json.loads(line)
+                    break
+            if result is None:
+                raise RuntimeError(f"{contender.name} printed no result: {' '.join(argv)}")
+            time.sleep(0.3)  # let in-flight packets and the DataNodes' accounting land
+        daemon_cpu = _process_cpu(pid) - cpu0 if pid else 0.0
+    finally:
+        proc.stdin.close()
+        if proc.wait(timeout=120) != 0:
+            raise RuntimeError(f"{contender.name} failed: {' '.join(argv)}")
     m1 = cluster.metrics_total()
     nn1 = cluster.nn_metrics()
     return Result(
-        workload=workload, contender=contender, seconds=seconds, app_bytes=app, ops=ops,
-        wire_bytes=wire.bytes, bytes_read=m1["BytesRead"] - m0["BytesRead"],
+        workload=workload, contender=contender.name, seconds=float(result["seconds"]), app_bytes=int(result["bytes"]),
+        ops=ops, wire_bytes=wire.bytes, bytes_read=m1["BytesRead"] - m0["BytesRead"],
         dn_read_ops=m1["ReadBlockOpNumOps"] - m0["ReadBlockOpNumOps"], connects=wire.connects,
         nn_rpcs=sum(nn1.values()) - sum(nn0.values()),
+        cpu_seconds=float(result.get("cpu_seconds", 0.0)) + daemon_cpu,
     )
+
+
+def measure_call(cluster: MiniDfs, workload: str, contender: str, fn: Callable[[], float]) -> Result:
+    """A metadata workload timed around one call (W5)."""
+    drop_caches()
+    nn0 = cluster.nn_metrics()
+    seconds = fn()
+    nn1 = cluster.nn_metrics()
+    return Result(workload=workload, contender=contender, seconds=seconds, app_bytes=0, ops=1, wire_bytes=0,
+                  bytes_read=0, dn_read_ops=0, connects=0, nn_rpcs=sum(nn1.values()) - sum(nn0.values()))
 
 
 def median_result(results: list[Result]) -> Result:
     best = sorted(results, key=lambda r: r.seconds)[len(results) // 2]
-    return dataclasses.replace(best, seconds=statistics.median(r.seconds for r in results))
-
-
-def daemon_rss_kib(mount: Mount) -> int:
-    """RSS of the hdfsfuse process serving `mount`."""
-    out = subprocess.run(["pgrep", "-f", f"hdfsfuse.cli mount .* {mount.dir}"], capture_output=True, text=True)
-    pids = [int(p) for p in out.stdout.split()]
-    rss = 0
-    for pid in pids:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                rss = max(rss, int(line.split()[1]))
-    return rss
+    return dataclasses.replace(best, seconds=statistics.median(r.seconds for r in results),
+                               cpu_seconds=statistics.median(r.cpu_seconds for r in results))
 
 
 def run(sizes: Sizes, reps: int, out_dir: Path) -> dict[str, object]:
-    results: list[Result] = []
+    raw: dict[tuple[str, str], list[Result]] = {}
     extra: dict[str, object] = {}
     with MiniDfs(ClusterOptions(datanodes=3, block_size=sizes.block_size), heap="2g") as cluster, \
             tempfile.TemporaryDirectory() as work:
@@ -279,14 +249,16 @@ def run(sizes: Sizes, reps: int, out_dir: Path) -> dict[str, object]:
         cluster.touch_many("/bench/dir", sizes.entries)
         print("data sets written", flush=True)
 
-        mounts = {"mount-pagecache": Mount(cluster), "mount-directio": Mount(cluster, "direct_io")}
+        def offsets_file(name: str, reads: list[tuple[int, int]]) -> str:
+            path = Path(work) / name
+            path.write_text("".join(f"{o} {n}\n" for o, n in reads))
+            return str(path)
+
+        mounts = {"page cache": Mount(cluster), "direct_io": Mount(cluster, "direct_io")}
         try:
-            big = sizes.big
-            # Warm the DataNodes' JIT and page cache so the first contender is not penalised.
-            warm = random_reads(big, min(3000, sizes.reads), 4096, True, 99)
-            library_reader(cluster, "/bench/big", warm, 1)
-            java(cluster, "pread", "/bench/big", warm)
-            print("warmed up", flush=True)
+            big, huge = sizes.big, sizes.huge
+            warm_big = offsets_file("warm-big", random_reads(big, WARMUP_READS, 4096, True, 99))
+            warm_huge = offsets_file("warm-huge", random_reads(huge, WARMUP_READS, 4096, True, 98))
             workloads: dict[str, list[tuple[int, int]]] = {
                 "W1 random 4KiB aligned": random_reads(big, sizes.reads, 4096, True, 11),
                 "W2 random 4KiB unaligned": random_reads(big, sizes.reads, 4096, False, 12),
@@ -294,58 +266,57 @@ def run(sizes: Sizes, reps: int, out_dir: Path) -> dict[str, object]:
                 "W6 seek back, read 200 B": seek_back_small(big, sizes.small_reads, 16),
                 "W7 footer then columns": footer_then_columns(big, 17),
             }
+
+            def contenders(stream_mode: str, sequential: bool) -> list[Contender]:
+                out = [
+                    Contender("hdfsfuse mount (page cache)", _worker("mount", cluster, mounts["page cache"]),
+                              mounts["page cache"]),
+                    Contender("hdfsfuse mount (direct_io)", _worker("mount", cluster, mounts["direct_io"]),
+                              mounts["direct_io"]),
+                    Contender("hdfsfuse library", _worker("library", cluster)),
+                    Contender("Java stream read", _java(cluster, stream_mode)),
+                    Contender("hdfs-native", _worker("native", cluster)),
+                ]
+                if not sequential:
+                    out.insert(4, Contender("Java pread", _java(cluster, "pread")))
+                return out
+
+            plan: list[tuple[str, int, Contender, list[str]]] = []
             for wname, reads in workloads.items():
                 threads = sizes.threads if wname.startswith("W4") else 1
                 stream_mode = "seekread" if wname.startswith("W6") else "stream"
-                contenders: dict[str, Callable[[], tuple[float, int]]] = {
-                    "hdfsfuse mount (page cache)":
-                        lambda r=reads, t=threads: mount_reader(mounts["mount-pagecache"], "/bench/big", r, t),
-                    "hdfsfuse mount (direct_io)":
-                        lambda r=reads, t=threads: mount_reader(mounts["mount-directio"], "/bench/big", r, t),
-                    "hdfsfuse library": lambda r=reads, t=threads: library_reader(cluster, "/bench/big", r, t),
-                    "Java stream read": lambda r=reads, t=threads, m=stream_mode: java(cluster, m, "/bench/big", r, t),
-                    "Java pread": lambda r=reads, t=threads: java(cluster, "pread", "/bench/big", r, t),
-                    "hdfs-native": lambda r=reads, t=threads: native_reader(cluster, "/bench/big", r, t),
-                }
-                for cname, fn in contenders.items():
-                    reps_results = [measure(cluster, wname, cname, len(reads), fn) for _ in range(reps)]
-                    res = median_result(reps_results)
-                    results.append(res)
+                offsets = offsets_file(wname.split()[0], reads)
+                for c in contenders(stream_mode, sequential=False):
+                    plan.append((wname, len(reads), c, c.argv("/bench/big", offsets, warm_big, threads)))
+            for c in contenders("stream", sequential=True):
+                plan.append(("W3 sequential", 1, c, c.argv("/bench/huge", "seq", warm_huge, 1)))
+
+            for rep in range(reps):  # interleaved: every contender once per round
+                for wname, ops, c, argv in plan:
+                    res = measure(cluster, wname, c, ops, argv)
+                    raw.setdefault((wname, c.name), []).append(res)
                     amp = res.wire_bytes / max(1, res.app_bytes)
-                    print(f"{wname:28s} {cname:28s} {res.rate:9.0f} reads/s  wire x{amp:.3f}", flush=True)
-                if wname.startswith("W4"):
-                    extra["rss_kib_after_W4"] = daemon_rss_kib(mounts["mount-pagecache"])
+                    figure = f"{res.mbps:9.1f} MB/s" if wname.startswith("W3") else f"{res.rate:9.0f} reads/s"
+                    print(f"round {rep + 1} {wname:28s} {c.name:28s} {figure}  wire x{amp:.3f}  "
+                          f"cpu {res.cpu_us_per_op:.0f} us/op", flush=True)
+                extra.setdefault("rss_kib_after_round", []).append(  # type: ignore[union-attr]
+                    daemon_rss_kib(mounts["page cache"]))
 
-            huge = sizes.huge
-            seq: dict[str, Callable[[], tuple[float, int]]] = {
-                "hdfsfuse mount (page cache)": lambda: _dd(mounts["mount-pagecache"], "/bench/huge"),
-                "hdfsfuse mount (direct_io)": lambda: _dd(mounts["mount-directio"], "/bench/huge"),
-                "hdfsfuse library": lambda: library_sequential(cluster, "/bench/huge", huge),
-                "Java stream read": lambda: java(cluster, "seq", "/bench/huge", None),
-                "hdfs-native": lambda: native_sequential(cluster, "/bench/huge"),
-            }
-            for cname, fn in seq.items():
-                res = median_result([measure(cluster, "W3 sequential", cname, 1, fn) for _ in range(reps)])
-                results.append(res)
-                amp = res.wire_bytes / max(1, res.app_bytes)
-                print(f"{'W3 sequential':28s} {cname:28s} {res.mbps:9.1f} MB/s  wire x{amp:.3f}", flush=True)
-
-            ls = {
-                "hdfsfuse mount (page cache)": lambda: _ls(mounts["mount-pagecache"], "/bench/dir", sizes.entries),
-                "hdfs-native": lambda: _native_ls(cluster, "/bench/dir"),
-            }
-            for cname, fn in ls.items():
-                res = median_result([measure(cluster, "W5 ls -l", cname, 1, fn) for _ in range(reps)])
-                results.append(res)
-                print(f"{'W5 ls -l':28s} {cname:28s} {res.seconds:9.3f} s  NN RPCs {res.nn_rpcs}", flush=True)
-            stat_java = java(cluster, "stat", "/bench/big", None, count=2000)
+            for _ in range(reps):
+                for cname, fn in (("hdfsfuse mount (page cache)",
+                                   lambda: _ls(mounts["page cache"], "/bench/dir", sizes.entries)),
+                                  ("hdfs-native", lambda: _native_ls(cluster, "/bench/dir"))):
+                    raw.setdefault(("W5 ls -l", cname), []).append(measure_call(cluster, "W5 ls -l", cname, fn))
+            stat_java = java(cluster, "stat", "/bench/big", 2000)
             stat_ours = _library_stats(cluster, "/bench/big", 2000)
-            extra["getFileInfo_us"] = {"Java": stat_java[0] / 2000 * 1e6, "hdfsfuse": stat_ours * 1e6}
+            extra["getFileInfo_us"] = {"Java": stat_java / 2000 * 1e6, "hdfsfuse": stat_ours * 1e6}
         finally:
             for m in mounts.values():
                 m.unmount()
+    results = [median_result(rs) for rs in raw.values()]
     report = {"machine": machine(), "sizes": dataclasses.asdict(sizes), "reps": reps,
-              "results": [dataclasses.asdict(r) | {"rate": r.rate, "mbps": r.mbps} for r in results],
+              "results": [dataclasses.asdict(r) | {"rate": r.rate, "mbps": r.mbps, "cpu_us_per_op": r.cpu_us_per_op}
+                          for r in results],
               "extra": extra}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(report, indent=1))
@@ -354,30 +325,30 @@ def run(sizes: Sizes, reps: int, out_dir: Path) -> dict[str, object]:
     return report
 
 
-def _dd(mount: Mount, path: str) -> tuple[float, int]:
-    t0 = time.perf_counter()
-    r = subprocess.run(["dd", f"if={mount.path(path)}", "of=/dev/null", "bs=1M"], capture_output=True, text=True,
-                       check=True)
-    seconds = time.perf_counter() - t0
-    return seconds, int(r.stderr.split(" bytes", 1)[0].splitlines()[-1])
+def daemon_rss_kib(mount: Mount) -> int:
+    """RSS of the hdfsfuse process serving `mount`."""
+    for line in Path(f"/proc/{daemon_pid(mount)}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
 
 
-def _ls(mount: Mount, path: str, entries: int) -> tuple[float, int]:
+def _ls(mount: Mount, path: str, entries: int) -> float:
     t0 = time.perf_counter()
     out = subprocess.run(["ls", "-l", mount.path(path)], capture_output=True, text=True, check=True).stdout
     seconds = time.perf_counter() - t0
     assert len(out.splitlines()) == entries + 1
-    return seconds, 0
+    return seconds
 
 
-def _native_ls(cluster: MiniDfs, path: str) -> tuple[float, int]:
+def _native_ls(cluster: MiniDfs, path: str) -> float:
     from hdfs_native import Client
 
     client = Client(cluster.uri)
     t0 = time.perf_counter()
     n = sum(1 for _ in client.list_status(path))
     assert n > 0
-    return time.perf_counter() - t0, 0
+    return time.perf_counter() - t0
 
 
 def _library_stats(cluster: MiniDfs, path: str, count: int) -> float:
@@ -412,7 +383,12 @@ def render(report: dict) -> str:  # type: ignore[type-arg]
              f"{report['reps']} repetitions. Amplification = bytes on the wire (or BytesRead) / bytes "
              "the application read. Wire bytes are whole IP packets from the DataNodes' xfer ports "
              "(nftables); BytesRead is the DataNodes' own metric (Hadoop 3.5 counts data plus checksums). "
-             "Ratios are against Java pread (or Java stream read for W3) measured in the same run.", "",
+             "Ratios are against Java pread (or Java stream read for W3) measured in the same run. "
+             "Every contender runs in its own process and does the same 200 warm-up reads (at other "
+             "offsets) before the referee reads its counters; rounds are interleaved. CPU is the "
+             "contender's own process CPU per operation (the mount: the daemon's plus the reader's). "
+             "\"Java stream read\" opens a new stream, seeks and reads for every read (W6: one stream, "
+             "seek then read), which is how it over-reads.", "",
              "Machine: " + ", ".join(f"{k} {v}" for k, v in report["machine"].items()), "",
              "Sizes: " + ", ".join(f"{k} {v}" for k, v in report["sizes"].items()), ""]
     by_wl: dict[str, list[dict]] = {}  # type: ignore[type-arg]
@@ -425,8 +401,8 @@ def render(report: dict) -> str:  # type: ignore[type-arg]
         base_name = "Java stream read" if seq else "Java pread"
         base = next((r for r in rows if r["contender"] == base_name), None)
         unit = "MB/s" if seq else ("seconds" if ls else "reads/s")
-        lines += [f"| contender | {unit} | ratio to {base_name if base else '-'} | wire amp | BytesRead amp | "
-                  "DN read ops | TCP connects | NN RPCs |", "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| contender | {unit} | ratio to {base_name if base else '-'} | CPU µs/op | wire amp | "
+                  "BytesRead amp | DN read ops | TCP connects | NN RPCs |", "|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             value = r["mbps"] if seq else (r["seconds"] if ls else r["rate"])
             ratio = ""
@@ -436,8 +412,9 @@ def render(report: dict) -> str:  # type: ignore[type-arg]
             app = max(1, r["app_bytes"])
             amp_w = f"{r['wire_bytes'] / app:.3f}" if r["app_bytes"] else "-"
             amp_b = f"{r['bytes_read'] / app:.3f}" if r["app_bytes"] else "-"
-            lines.append(f"| {r['contender']} | {value:,.1f} | {ratio} | {amp_w} | {amp_b} | {r['dn_read_ops']} | "
-                         f"{r['connects']} | {r['nn_rpcs']} |")
+            cpu = f"{r['cpu_us_per_op']:,.0f}" if r.get("cpu_us_per_op") else "-"
+            lines.append(f"| {r['contender']} | {value:,.1f} | {ratio} | {cpu} | {amp_w} | {amp_b} | "
+                         f"{r['dn_read_ops']} | {r['connects']} | {r['nn_rpcs']} |")
         lines.append("")
     if report.get("extra"):
         lines += ["## Other figures", "", "```", json.dumps(report["extra"], indent=1), "```", ""]

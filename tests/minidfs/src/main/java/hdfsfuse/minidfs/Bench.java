@@ -22,7 +22,12 @@ import org.apache.hadoop.fs.Path;
  * N bytes, close per read), {@code seekread} (one open stream, seek then read, as in
  * HDFS-7966), {@code seq} (stream the whole
  * file with 1 MiB reads), {@code stat} (getFileInfo round trips). Reads come from an offsets
- * file ("offset length" per line) so every contender reads the same bytes. Prints one JSON line.
+ * file ("offset length" per line) so every contender reads the same bytes.
+ *
+ * <p>The referee's rule for every contender: do the warm-up reads ({@code --warmup-offsets}, as
+ * positional reads), print {@code warmed}, wait for a line on stdin (the referee takes its
+ * "before" counters then), run the timed reads, print one JSON line with the seconds, the bytes
+ * and this JVM's CPU seconds during the timed reads.
  */
 public final class Bench {
   public static void main(String[] args) throws Exception {
@@ -31,9 +36,9 @@ public final class Bench {
     String mode = null;
     String path = null;
     String offsetsFile = null;
+    String warmupFile = null;
     int threads = 1;
     int count = 1000;
-    int warmup = 0;
     for (int i = 0; i < args.length; i += 2) {
       switch (args[i]) {
         case "--conf-dir": confDir = args[i + 1]; break;
@@ -43,7 +48,7 @@ public final class Bench {
         case "--offsets": offsetsFile = args[i + 1]; break;
         case "--threads": threads = Integer.parseInt(args[i + 1]); break;
         case "--count": count = Integer.parseInt(args[i + 1]); break;
-        case "--warmup": warmup = Integer.parseInt(args[i + 1]); break;
+        case "--warmup-offsets": warmupFile = args[i + 1]; break;
         default: throw new IllegalArgumentException("unknown option " + args[i]);
       }
     }
@@ -57,15 +62,25 @@ public final class Bench {
     ObjectNode r = new ObjectMapper().createObjectNode();
     r.put("mode", mode);
     r.put("threads", threads);
-    // Warm the JVM and the connection cache on a few reads that are not timed.
-    if (warmup > 0 && reads.length > 0) {
-      long[][] w = new long[Math.min(warmup, reads.length)][];
-      System.arraycopy(reads, 0, w, 0, w.length);
-      run(fs, p, mode, w, 1, count);
+    // Warm the JVM and the connection cache on reads that are neither timed nor counted.
+    if (warmupFile != null) {
+      long[][] w = readOffsets(warmupFile);
+      if (mode.equals("stat")) {
+        run(fs, p, "stat", w, 1, w.length);
+      } else {
+        run(fs, p, mode.equals("seq") ? "pread" : mode, w, 1, count);
+      }
     }
+    System.out.println("warmed");
+    System.out.flush();
+    new BufferedReader(new java.io.InputStreamReader(System.in)).readLine();
+    com.sun.management.OperatingSystemMXBean os =
+        (com.sun.management.OperatingSystemMXBean) java.lang.management.ManagementFactory.getOperatingSystemMXBean();
+    long cpu0 = os.getProcessCpuTime();
     long t0 = System.nanoTime();
     long bytes = run(fs, p, mode, reads, threads, count);
     double seconds = (System.nanoTime() - t0) / 1e9;
+    r.put("cpu_seconds", (os.getProcessCpuTime() - cpu0) / 1e9);
     r.put("seconds", seconds);
     r.put("bytes", bytes);
     r.put("ops", mode.equals("seq") ? 1 : mode.equals("stat") ? count : reads.length);
