@@ -238,8 +238,8 @@ class HdfsClient:
             )
 
     async def refresh(self, file: HdfsFile) -> None:
-        """Fetch fresh locations, tokens and length for the blocks the file knows (and its end)."""
-        await self._locate(file, 0, max(file.window, file.length))
+        """Fetch fresh locations and tokens for the file's first window and its last block, and its length."""
+        await self._locate(file, 0, file.window)
 
     async def grow(self, file: HdfsFile, *, strict: bool = True) -> None:
         """For a file being written: learn how far it can be read now (rate-limited).

@@ -2,8 +2,9 @@
 
 - **Order.** The NameNode's order (nearest first), except that DataNodes that refused a
   connection recently go last (a short, global penalty), and a DataNode whose recent latency
-  is far above the best one's goes after the others. Read failures of one block do not
-  penalise a DataNode for other blocks: the caller keeps those per block.
+  is far above the best one's (4x, and over 20 ms) goes after the others for 30 s. Read
+  failures of one block do not penalise a DataNode for other blocks: the caller keeps those
+  per block.
 - **Latency.** Every successful read updates its DataNode's moving average, in seconds per read
   plus seconds per byte, so a threshold can be scaled to a read's size.
 - **Hedging.** `hedge_after(n)` is how long to wait for the first replica before asking the
@@ -19,8 +20,9 @@ from typing import TypeVar
 
 R = TypeVar("R")
 
-SLOW_FACTOR = 4.0  # a DataNode this many times slower than the best is read after the others...
-SLOW_MEMORY = 30.0  # ...for this many seconds after its last measured read
+SLOW_FACTOR = 4.0  # a DataNode this many times slower than the best (and over SLOW_FLOOR)...
+SLOW_FLOOR = 0.020  # seconds: ...so one pause of a healthy DataNode does not demote it...
+SLOW_MEMORY = 30.0  # ...is read after the others for this many seconds after its last measured read
 HEDGE_FACTOR = 5.0  # the adaptive threshold, as a multiple of the best expected time
 HEDGE_FLOOR = 0.050  # seconds: never hedge earlier (a busy DataNode JVM pauses for tens of ms)
 HEDGE_DEFAULT = 0.5  # seconds: the threshold before any latency is known
@@ -66,7 +68,8 @@ class ReplicaPolicy:
             if address in self._refused_until:
                 return (2, index)
             lat = self._latency.get(address)
-            if best is not None and lat is not None and lat.measured > recent and lat.per_read > SLOW_FACTOR * best:
+            slow = best is not None and lat is not None and lat.per_read > max(SLOW_FACTOR * best, SLOW_FLOOR)
+            if slow and lat is not None and lat.measured > recent:
                 return (1, index)
             return (0, index)
 

@@ -259,3 +259,23 @@ async def test_hung_datanode_times_out() -> None:
                                Timeouts(read=0.3), Stats())
         assert len(pool) == 0
         n.cancel_scope.cancel()
+
+
+async def test_datanodes_reached_by_hostname_when_configured(fresh_cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """dfs.client.use.datanode.hostname: connect to the name a DataNode registered, not its IP."""
+    import shutil
+
+    c: MiniDfs = fresh_cluster(datanodes=1, datanode_hostname="localhost")
+    data = c.put_bytes(random_bytes(10_000, seed=36), "/named")
+    conf = tmp_path / "conf"
+    shutil.copytree(c.conf_dir, conf)
+    site = (conf / "hdfs-site.xml").read_text()
+    (conf / "hdfs-site.xml").write_text(site.replace(
+        "</configuration>",
+        "<property><name>dfs.client.use.datanode.hostname</name><value>true</value></property></configuration>"))
+    for conf_dir, host in ((str(conf), "localhost"), (c.conf_dir, "127.0.0.1")):
+        async with client_for(c, conf_dir=conf_dir) as client:
+            f = await client.open("/named")
+            assert f.blocks[0].locs[0].id.hostName == "localhost" and f.blocks[0].locs[0].id.ipAddr == "127.0.0.1"
+            assert bytes(await client.read_range(f, 100, 5000)) == data[100:5100]
+            assert [a.rsplit(":", 1)[0] for a in client.pool._idle] == [host]

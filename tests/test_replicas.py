@@ -32,6 +32,17 @@ def test_a_slow_datanode_goes_last_while_its_measurement_is_recent() -> None:
     assert p.order(R, set(), 1.0 + SLOW_MEMORY + 1) == R
 
 
+def test_one_pause_of_a_fast_datanode_does_not_demote_it() -> None:
+    p = ReplicaPolicy()
+    for address in ("a:1", "b:1", "c:1"):
+        p.record(address, 4096, 0.001, now=0.0)
+    p.record("a:1", 4096, 0.060, now=1.0)  # a GC pause: 0.001 + 0.2 * 0.059 = 12.8 ms, under the floor
+    assert p.order(R, set(), 2.0) == R
+    p.record("a:1", 4096, 0.060, now=1.5)
+    p.record("a:1", 4096, 0.060, now=1.6)  # slow again and again: now it goes last
+    assert [a for a, _ in p.order(R, set(), 2.0)] == ["b:1", "c:1", "a:1"]
+
+
 def test_hedging_threshold() -> None:
     assert ReplicaPolicy(hedge_after=None).hedge_after(4096) is None
     assert ReplicaPolicy(hedge_after=0.02).hedge_after(4096) == 0.02

@@ -57,7 +57,7 @@ def _status_kib(pid: int, key: str) -> int:
 def _percentiles(samples: list[float]) -> dict[str, float]:
     s = sorted(samples)
     return {"p50_ms": round(statistics.median(s) * 1000, 3), "p99_ms": round(s[int(len(s) * 0.99) - 1] * 1000, 3),
-            "max_ms": round(s[-1] * 1000, 3), "reads": len(s)}
+            "max_ms": round(s[-1] * 1000, 3), "reads": len(s), "over_100ms": sum(1 for x in s if x > 0.1)}
 
 
 def hedging(reads: int, rate: str) -> dict[str, object]:
@@ -177,7 +177,7 @@ def opening(blocks: int) -> dict[str, object]:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--reads", type=int, default=2000)
-    p.add_argument("--rate", default="500kbit")
+    p.add_argument("--rate", default="64kbit")
     p.add_argument("--entries", type=int, default=200_000)
     p.add_argument("--blocks", type=int, default=100_000)
     p.add_argument("--only", choices=["hedging", "listing", "open"])

@@ -85,6 +85,7 @@ class ClusterOptions:
     ha: bool = False
     block_tokens: bool = False
     permissions: bool = False
+    datanode_hostname: str = "127.0.0.1"
 
     def argv(self) -> list[str]:
         args = [
@@ -97,6 +98,7 @@ class ClusterOptions:
         args += ["--ha"] if self.ha else []
         args += ["--block-tokens"] if self.block_tokens else []
         args += ["--permissions"] if self.permissions else []
+        args += ["--datanode-hostname", self.datanode_hostname]
         return args
 
 

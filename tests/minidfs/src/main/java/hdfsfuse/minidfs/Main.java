@@ -62,6 +62,7 @@ public final class Main {
     boolean blockTokens = false;
     boolean permissions = false;
     String baseDir = "target/minidfs";
+    String datanodeHostname = "127.0.0.1";
 
     static Options parse(String[] args) {
       Options o = new Options();
@@ -75,6 +76,7 @@ public final class Main {
           case "--checksum-type": o.checksumType = v; i++; break;
           case "--bytes-per-checksum": o.bytesPerChecksum = Integer.parseInt(v); i++; break;
           case "--base-dir": o.baseDir = v; i++; break;
+          case "--datanode-hostname": o.datanodeHostname = v; i++; break;
           case "--ha": o.ha = true; break;
           case "--block-tokens": o.blockTokens = true; break;
           case "--permissions": o.permissions = true; break;
@@ -135,11 +137,14 @@ public final class Main {
     conf.setInt("dfs.namenode.safemode.extension", 0);
     conf.setInt("dfs.heartbeat.interval", 1);
     conf.set("dfs.namenode.rpc-bind-host", "127.0.0.1");
-    conf.set("dfs.datanode.hostname", "127.0.0.1");
+    // The name DataNodes register with (their IP stays 127.0.0.1): clients honouring
+    // dfs.client.use.datanode.hostname connect to it.
+    conf.set("dfs.datanode.hostname", opts.datanodeHostname);
     // Keep a corrupt replica in place after it is reported, so tests can inspect it.
     conf.setInt("dfs.namenode.replication.interval", 3600);
 
-    MiniDFSCluster.Builder b = new MiniDFSCluster.Builder(conf).numDataNodes(opts.datanodes);
+    MiniDFSCluster.Builder b = new MiniDFSCluster.Builder(conf).numDataNodes(opts.datanodes)
+        .checkDataNodeHostConfig(true);  // keep our dfs.datanode.hostname
     if (opts.ha) {
       b.nnTopology(MiniDFSNNTopology.simpleHATopology());
     }
