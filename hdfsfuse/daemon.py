@@ -155,6 +155,14 @@ async def serve_metrics(port: int, render: Callable[[], str], *,
     """Serve the live stats as Prometheus text on 127.0.0.1:`port` (any GET path)."""
 
     async def handle(stream: trio.SocketStream) -> None:
+        try:
+            await answer(stream)
+        except Exception as e:  # one bad scrape (a reset, garbage) must not stop the mount
+            log.debug("metrics request failed: %s: %s", type(e).__name__, e)
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def answer(stream: trio.SocketStream) -> None:
         request = b""
         with trio.move_on_after(5):
             while b"\r\n\r\n" not in request and len(request) < 8192:
@@ -168,13 +176,8 @@ async def serve_metrics(port: int, render: Callable[[], str], *,
         else:
             body = b"only GET is supported\n"
             head = b"HTTP/1.0 405 Method Not Allowed\r\nContent-Type: text/plain\r\n"
-        try:
-            with trio.move_on_after(5):
-                await stream.send_all(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        except (trio.BrokenResourceError, OSError):
-            pass
-        finally:
-            await trio.aclose_forcefully(stream)
+        with trio.move_on_after(5):
+            await stream.send_all(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
 
     try:
         listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")

@@ -129,7 +129,10 @@ class ConnectionPool:
         """Close idle connections as they expire (the DataNode drops them after its keepalive)."""
         while True:
             await trio.sleep(self.idle_seconds / 2)
-            self._expire()
+            try:
+                self._expire()
+            except Exception as e:  # a background task: log, never escape
+                log.error("closing idle DataNode connections failed: %s: %s", type(e).__name__, e)
 
     def _expire(self) -> None:
         now = trio.current_time()

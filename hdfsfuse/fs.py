@@ -141,6 +141,7 @@ class HdfsOperations(pyfuse3.Operations):
         self._negative: dict[tuple[int, bytes], float] = {}
         self._dirs: dict[int, _Listing] = {}
         self._files: dict[int, _OpenFile] = {}
+        self._open_inodes: dict[int, list[_OpenFile]] = {}  # inode -> its open handles
         self._next_fh = 1
         self._cache_keys: dict[int, tuple[int, int]] = {}  # inode -> (mtime, length) of the kept page cache
         self.budget = ReadaheadBudget(options.readahead_total)
@@ -189,8 +190,8 @@ class HdfsOperations(pyfuse3.Operations):
 
     def _growing(self, inode: int) -> _OpenFile | None:
         """An open handle of `inode` whose file is being written, if any."""
-        for handle in self._files.values():
-            if handle.inode == inode and handle.file.under_construction:
+        for handle in self._open_inodes.get(inode, ()):
+            if handle.file.under_construction:
                 return handle
         return None
 
@@ -309,7 +310,7 @@ class HdfsOperations(pyfuse3.Operations):
     def _gone(self, inode: int, entry: Entry,
               cached: tuple[float, pyfuse3.EntryAttributes, FileStatus] | None) -> pyfuse3.EntryAttributes:
         """getattr of an inode whose file no longer exists (deleted, or replaced by another file)."""
-        if cached is not None and any(h.inode == inode for h in self._files.values()):
+        if cached is not None and inode in self._open_inodes:
             return cached[1]  # still open: it keeps its last attributes, as a deleted local file does
         # ESTALE makes stat() look the name up again; a plain path lookup then finds what is there now.
         raise pyfuse3.FUSEError(errno.ESTALE if entry.nn_path.startswith("/.reserved/.inodes/") else errno.ENOENT)
@@ -473,7 +474,8 @@ class HdfsOperations(pyfuse3.Operations):
             self._invalidate_attributes(inode)
         fh = self._next_fh
         self._next_fh += 1
-        self._files[fh] = _OpenFile(inode, file, ReadaheadPlanner(max_window=self.options.readahead_max))
+        handle = self._files[fh] = _OpenFile(inode, file, ReadaheadPlanner(max_window=self.options.readahead_max))
+        self._open_inodes.setdefault(inode, []).append(handle)
         return pyfuse3.FileInfo(fh=fh, direct_io=self.options.direct_io, keep_cache=keep and not self.options.direct_io)
 
     @staticmethod
@@ -572,3 +574,7 @@ class HdfsOperations(pyfuse3.Operations):
         handle = self._files.pop(fh, None)
         if handle is not None:
             self._drop_chunks(handle, before=None)
+            handles = self._open_inodes[handle.inode]
+            handles.remove(handle)
+            if not handles:
+                del self._open_inodes[handle.inode]

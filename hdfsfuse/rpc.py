@@ -191,6 +191,9 @@ class RpcConnection:
             log.error("RPC %s: %s", self.address, error)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
             error = ConnectionLost(f"connection to {self.address} lost: {e}")
+        except Exception as e:  # a background task: fail the waiting calls, never the whole client
+            error = ConnectionLost(f"connection to {self.address} failed: {type(e).__name__}: {e}")
+            log.error("RPC %s: %s", self.address, error)
         finally:
             link.fail_all(error)
             with trio.CancelScope(shield=True):

@@ -415,3 +415,24 @@ def test_negative_cache_is_bounded() -> None:
         ops._remember_missing((1, f"missing-{i}".encode()))
         assert len(ops._negative) <= NEGATIVE_CACHE_MAX
     assert (1, f"missing-{3 * NEGATIVE_CACHE_MAX - 1}".encode()) in ops._negative  # the newest are kept
+
+
+def test_a_reset_metrics_scrape_does_not_stop_the_mount(
+    cluster: MiniDfs, mount: Callable[..., Mount], data_dir: str,
+) -> None:
+    import socket
+    import struct
+    import urllib.request
+
+    data = cluster.put_bytes(random_bytes(5000, seed=163), f"{data_dir}/still-served")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    m = mount(cluster, f"metrics_port={port}")
+    for _ in range(3):  # a scraper that sends half a request and resets the connection
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"GET /metr")
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert "hdfsfuse_app_bytes_read" in body
+    assert open(m.path(f"{data_dir}/still-served"), "rb").read() == data

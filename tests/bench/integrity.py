@@ -193,7 +193,9 @@ def main() -> None:
         report["open"] = opening(a.blocks)
         print(json.dumps(report["open"], indent=1), flush=True)
     out = Path(__file__).parent / "results" / "integrity.json"
-    out.write_text(json.dumps(report, indent=1))
+    merged = json.loads(out.read_text()) if out.exists() else {}
+    merged.update(report)  # a run of one part keeps the others' last figures
+    out.write_text(json.dumps(merged, indent=1))
 
 
 if __name__ == "__main__":
