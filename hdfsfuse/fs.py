@@ -313,7 +313,7 @@ class HdfsOperations(pyfuse3.Operations):
         if cached is not None and inode in self._open_inodes:
             return cached[1]  # still open: it keeps its last attributes, as a deleted local file does
         # ESTALE makes stat() look the name up again; a plain path lookup then finds what is there now.
-        raise pyfuse3.FUSEError(errno.ESTALE if entry.nn_path.startswith("/.reserved/.inodes/") else errno.ENOENT)
+        raise pyfuse3.FUSEError(errno.ESTALE if entry.by_inode else errno.ENOENT)
 
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
         entry = self._entry(inode)
@@ -373,7 +373,8 @@ class HdfsOperations(pyfuse3.Operations):
                     if not pyfuse3.readdir_reply(token, name, attrs, i + 1):
                         self.inodes.forget(inode, 0)  # not handed out: drop it unless referenced
                         return
-                    self._store(inode, st)
+                    # The kernel keeps these attributes for attr_timeout and asks no sooner, so they
+                    # are not cached here: a huge listing costs one small inode entry per name.
                     self.inodes.referenced(inode)
                 start_id = listing.end
 
@@ -450,7 +451,7 @@ class HdfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EROFS)
         entry = self._entry(inode)
         async with self._request("open", entry.shown):
-            if entry.nn_path.startswith("/.reserved/.inodes/"):
+            if entry.by_inode:
                 file_id = self.inodes.root_file_id if inode == ROOT_INODE else inode
                 try:
                     file = await self.client.open(entry.shown, file_id=file_id)  # exactly this inode's file
@@ -464,13 +465,15 @@ class HdfsOperations(pyfuse3.Operations):
         keep = self._cache_keys.get(inode) == key
         self._cache_keys[inode] = key
         cached = self._attrs.get(inode)
-        if cached is not None and cached[1].st_size != file.length:
-            # A file being written: what can be read has moved past the size the kernel knows.
-            # Update our attributes and make the kernel ask again before this open returns, so
-            # the caller's next fstat (tail does one) sees the new size. Invalidating attributes
-            # alone (no pages) takes no page or inode lock, so it cannot deadlock this request.
+        if cached is None or cached[1].st_size != file.length:
+            # The size the kernel knows may be stale (a file being written, or one that changed
+            # since a listing showed it). Update our attributes and make the kernel ask again
+            # before this open returns, so the caller's next fstat (tail does one) sees the
+            # size. Invalidating attributes alone (no pages) takes no page or inode lock, so it
+            # cannot deadlock this request.
             attrs = self._store(inode, file.status)
             attrs.st_size = file.length
+            attrs.st_blocks = -(-file.length // 512)
             self._invalidate_attributes(inode)
         fh = self._next_fh
         self._next_fh += 1

@@ -7,7 +7,7 @@
                      its full path, which is immutable (the parent's path plus its name)
     the mount root   ROOT_INODE, whatever its fileId
 
-    kernel inode ──> Entry(nn_path, shown, snapshot)
+    kernel inode ──> Entry(parent, name, nn_path or "by inode", snapshot)
     lookup(parent, name) asks the NameNode for  join(parent.nn_path, name)
 
 Lookup counts are the kernel's references (lookup and readdirplus replies) minus forget; an entry
@@ -16,7 +16,6 @@ with no references left is dropped.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 
 ROOT_INODE = 1
@@ -32,12 +31,36 @@ def inode_path(file_id: int) -> str:
     return f"/.reserved/.inodes/{file_id}"
 
 
-@dataclasses.dataclass(slots=True)
 class Entry:
-    nn_path: str  # what the NameNode is asked about this inode
-    shown: str  # the path as the mount showed it (for log lines; may be stale after a rename)
-    snapshot: bool  # inside a .snapshot tree: located by path, with an inode of its own
-    lookups: int = 0
+    """One kernel inode: how to ask the NameNode about it, and its name for log lines.
+
+    Small on purpose (a listing of a million names makes a million of these): a live entry's
+    NameNode path is derived from its inode, and its shown path from its parent's.
+    """
+
+    __slots__ = ("_nn_path", "inode", "lookups", "name", "parent", "snapshot")
+
+    def __init__(self, inode: int, parent: Entry | None, name: str, nn_path: str | None, snapshot: bool) -> None:
+        self.inode = inode
+        self.parent = parent  # the kernel keeps a parent referenced while it holds a child
+        self.name = name
+        self._nn_path = nn_path  # None: the inode path of `inode`
+        self.snapshot = snapshot  # inside a .snapshot tree: located by path, with an inode of its own
+        self.lookups = 0
+
+    @property
+    def nn_path(self) -> str:
+        """What the NameNode is asked about this inode."""
+        return self._nn_path if self._nn_path is not None else inode_path(self.inode)
+
+    @property
+    def by_inode(self) -> bool:
+        return self._nn_path is None
+
+    @property
+    def shown(self) -> str:
+        """The path as the mount showed it (for log lines; may be stale after a rename)."""
+        return self.name if self.parent is None else join(self.parent.shown, self.name)
 
 
 class InodeTable:
@@ -45,7 +68,8 @@ class InodeTable:
 
     def __init__(self, root: str) -> None:
         self.root_file_id = 0
-        self._entries: dict[int, Entry] = {ROOT_INODE: Entry(root, root, SNAPSHOT_DIR in root.split("/"))}
+        root_entry = Entry(ROOT_INODE, None, root, root, SNAPSHOT_DIR in root.split("/"))
+        self._entries: dict[int, Entry] = {ROOT_INODE: root_entry}
         self._snapshot_inodes: dict[str, int] = {}
         self._next_snapshot_inode = itertools.count(SNAPSHOT_INODE_BASE)
 
@@ -54,7 +78,7 @@ class InodeTable:
         self.root_file_id = file_id
         root = self._entries[ROOT_INODE]
         if file_id and not root.snapshot:
-            root.nn_path = inode_path(file_id)
+            root._nn_path = inode_path(file_id)
 
     def get(self, inode: int) -> Entry | None:
         return self._entries.get(inode)
@@ -65,8 +89,8 @@ class InodeTable:
 
     def child(self, parent: Entry, name: str, file_id: int) -> int:
         """The inode for `name` inside `parent` (created or refreshed), not yet referenced."""
-        shown = join(parent.shown, name)
         snapshot = parent.snapshot or name == SNAPSHOT_DIR
+        nn_path: str | None = None
         if snapshot or not file_id:  # (no fileId: a router's synthetic directory; only a path names it)
             nn_path = self.child_path(parent, name)
             inode = self._snapshot_inodes.get(nn_path) or next(self._next_snapshot_inode)
@@ -74,12 +98,12 @@ class InodeTable:
         elif file_id == self.root_file_id:
             return ROOT_INODE
         else:
-            inode, nn_path = file_id, inode_path(file_id)
+            inode = file_id
         entry = self._entries.get(inode)
         if entry is None:
-            self._entries[inode] = Entry(nn_path, shown, snapshot)
-        else:
-            entry.shown = shown
+            self._entries[inode] = Entry(inode, parent, name, nn_path, snapshot)
+        elif entry.parent is not parent or entry.name != name:  # renamed, or seen through another name
+            entry.parent, entry.name = parent, name
         return inode
 
     def referenced(self, inode: int) -> None:
@@ -97,7 +121,7 @@ class InodeTable:
         if entry.lookups > 0:
             return False
         del self._entries[inode]
-        if entry.snapshot or not entry.nn_path.startswith("/.reserved/.inodes/"):
+        if not entry.by_inode:
             self._snapshot_inodes.pop(entry.nn_path, None)
         return True
 

@@ -138,7 +138,7 @@ def opening(blocks: int) -> dict[str, object]:
         f.write(random.Random(3).randbytes(blocks * 1024))
         f.flush()
         t0 = time.perf_counter()
-        c.put(f.name, "/many-blocks", block_size=1024, replication=1)
+        c.put(f.name, "/many-blocks", block_size=1024, replication=1, timeout=1800)
         written = time.perf_counter() - t0
 
         async def main() -> dict[str, object]:

@@ -230,13 +230,13 @@ class MiniDfs:
         return reply
 
     def put(self, local: str | Path, path: str, *, block_size: int | None = None,
-            replication: int | None = None) -> int:
+            replication: int | None = None, timeout: float = 120.0) -> int:
         fields: dict[str, Any] = {"local": str(local), "path": path}
         if block_size is not None:
             fields["block_size"] = block_size
         if replication is not None:
             fields["replication"] = replication
-        return int(self.command("put", **fields)["length"])
+        return int(self.command("put", timeout=timeout, **fields)["length"])
 
     def put_bytes(self, data: bytes, path: str, **kw: Any) -> bytes:
         """Write `data` to HDFS with the Java client (via a local temp file); return it."""

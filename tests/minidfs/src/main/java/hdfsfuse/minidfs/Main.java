@@ -126,6 +126,8 @@ public final class Main {
     conf = new Configuration();
     conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, base.getPath());
     conf.setLong("dfs.namenode.fs-limits.min-block-size", 1024);
+    // Files of 100,000 small blocks (scale tests); the default cap is 10,000 blocks per file.
+    conf.setLong("dfs.namenode.fs-limits.max-blocks-per-file", 1_000_000);
     conf.setLong("dfs.blocksize", opts.blockSize);
     conf.setInt("dfs.replication", opts.replication);
     conf.set("dfs.checksum.type", opts.checksumType);
