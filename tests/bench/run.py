@@ -391,6 +391,7 @@ def render(report: dict) -> str:  # type: ignore[type-arg]
              "seek then read), which is how it over-reads.", "",
              "Machine: " + ", ".join(f"{k} {v}" for k, v in report["machine"].items()), "",
              "Sizes: " + ", ".join(f"{k} {v}" for k, v in report["sizes"].items()), ""]
+    lines += ["## Headline", "", *headline(report), ""]
     by_wl: dict[str, list[dict]] = {}  # type: ignore[type-arg]
     for r in report["results"]:
         by_wl.setdefault(r["workload"], []).append(r)
@@ -419,6 +420,40 @@ def render(report: dict) -> str:  # type: ignore[type-arg]
     if report.get("extra"):
         lines += ["## Other figures", "", "```", json.dumps(report["extra"], indent=1), "```", ""]
     return "\n".join(lines)
+
+
+HEADLINE_ROWS = ["hdfsfuse mount (page cache)", "hdfsfuse mount (direct_io)", "hdfsfuse library", "Java pread",
+                 "Java stream read", "hdfs-native"]
+
+
+def headline(report: dict) -> list[str]:  # type: ignore[type-arg]
+    """One row per contender; the mount's default (page cache) first and direct_io on its own row."""
+    rows = {(r["workload"].split()[0], r["contender"]): r for r in report["results"]}
+
+    def get(w: str, c: str) -> dict | None:  # type: ignore[type-arg]
+        return rows.get((w, c))
+
+    def amp(w: str, c: str) -> str:
+        r = get(w, c)
+        return f"{r['wire_bytes'] / max(1, r['app_bytes']):.2f}" if r and r["app_bytes"] else "-"
+
+    def ratio(w: str, c: str, base: str, key: str) -> str:
+        r, b = get(w, c), get(w, base)
+        if not r or not b or not b[key]:
+            return "-"
+        return f"{r[key]:,.0f} ({r[key] / b[key]:.2f}x)"
+
+    out = ["| contender | W1 4 KiB random reads/s (x Java pread) | CPU us per W1 read | W1 wire amp | "
+           "W4 8 readers reads/s (x Java pread) | W6 200 B reads, wire amp | W7 columns reads/s (x Java pread) | "
+           "W3 sequential MB/s (x Java stream) |", "|---|---|---|---|---|---|---|---|"]
+    for c in HEADLINE_ROWS:
+        w1_row = get("W1", c)
+        cpu = f"{w1_row['cpu_us_per_op']:,.0f}" if w1_row and w1_row.get("cpu_us_per_op") else "-"
+        name = c.replace("(page cache)", "(page cache, the default)")
+        w1, w4, w7 = (ratio(w, c, "Java pread", "rate") for w in ("W1", "W4", "W7"))
+        w3 = ratio("W3", c, "Java stream read", "mbps")
+        out.append(f"| {name} | {w1} | {cpu} | {amp('W1', c)} | {w4} | {amp('W6', c)} | {w7} | {w3} |")
+    return out
 
 
 def plot(report: dict, out_dir: Path) -> None:  # type: ignore[type-arg]
