@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import random
+import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 import trio
@@ -27,6 +29,16 @@ async def client_for(cluster: MiniDfs, conf_dir: str | None = None, **options: o
     async with HdfsClient.connect(cluster.uri, conf_dir=conf_dir or cluster.conf_dir,
                                   options=ClientOptions(**options)) as client:  # type: ignore[arg-type]
         yield client
+
+
+def conf_with(cluster: MiniDfs, tmp_path: Path, name: str, value: str) -> str:
+    """A copy of the cluster's client configuration with one more hdfs-site.xml property."""
+    conf = tmp_path / "conf"
+    shutil.copytree(cluster.conf_dir, conf)
+    site = conf / "hdfs-site.xml"
+    prop = f"<property><name>{name}</name><value>{value}</value></property>"
+    site.write_text(site.read_text().replace("</configuration>", prop + "</configuration>"))
+    return str(conf)
 
 
 def checksum_bytes(data_len: int, bpc: int = 512) -> int:
@@ -230,16 +242,9 @@ async def test_datanode_closing_right_after_the_op_is_an_io_failure_not_sasl() -
 
 
 async def test_sasl_is_concluded_from_the_cluster_settings(cluster: MiniDfs, data_dir: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import shutil
-
     cluster.put_bytes(b"x" * 100, f"{data_dir}/p")
-    conf = tmp_path / "conf"
-    shutil.copytree(cluster.conf_dir, conf)
-    site = (conf / "hdfs-site.xml").read_text()
-    (conf / "hdfs-site.xml").write_text(site.replace(
-        "</configuration>",
-        "<property><name>dfs.data.transfer.protection</name><value>integrity</value></property></configuration>"))
-    async with client_for(cluster, conf_dir=str(conf)) as client:
+    conf = conf_with(cluster, tmp_path, "dfs.data.transfer.protection", "integrity")
+    async with client_for(cluster, conf_dir=conf) as client:
         with pytest.raises(errors.AuthenticationRequired, match=r"dfs\.data\.transfer\.protection=integrity"):
             await client.open(f"{data_dir}/p")
     async with client_for(cluster) as client:  # without the setting, the same file reads
@@ -263,17 +268,10 @@ async def test_hung_datanode_times_out() -> None:
 
 async def test_datanodes_reached_by_hostname_when_configured(fresh_cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """dfs.client.use.datanode.hostname: connect to the name a DataNode registered, not its IP."""
-    import shutil
-
     c: MiniDfs = fresh_cluster(datanodes=1, datanode_hostname="localhost")
     data = c.put_bytes(random_bytes(10_000, seed=36), "/named")
-    conf = tmp_path / "conf"
-    shutil.copytree(c.conf_dir, conf)
-    site = (conf / "hdfs-site.xml").read_text()
-    (conf / "hdfs-site.xml").write_text(site.replace(
-        "</configuration>",
-        "<property><name>dfs.client.use.datanode.hostname</name><value>true</value></property></configuration>"))
-    for conf_dir, host in ((str(conf), "localhost"), (c.conf_dir, "127.0.0.1")):
+    conf = conf_with(c, tmp_path, "dfs.client.use.datanode.hostname", "true")
+    for conf_dir, host in ((conf, "localhost"), (c.conf_dir, "127.0.0.1")):
         async with client_for(c, conf_dir=conf_dir) as client:
             f = await client.open("/named")
             assert f.blocks[0].locs[0].id.hostName == "localhost" and f.blocks[0].locs[0].id.ipAddr == "127.0.0.1"
