@@ -39,6 +39,7 @@ from hdfsfuse.errors import (
     IsADirectory,
     NotSupported,
 )
+from hdfsfuse.hedging import HedgeTimer, Race
 from hdfsfuse.namenode import FileStatus, LocatedBlock, NameNodeClient
 from hdfsfuse.planner import Piece, clamp
 from hdfsfuse.proto import hdfs_pb2
@@ -162,6 +163,8 @@ class HdfsClient:
             connect_penalty=self.options.connect_penalty_seconds, hedge_after=self.options.hedge_after,
         )
         self._nursery = nursery
+        self.hedges = HedgeTimer()
+        nursery.start_soon(self.hedges.run, nursery)
 
     @classmethod
     @asynccontextmanager
@@ -417,21 +420,18 @@ class HdfsClient:
     async def _read_replicas(
         self, file: HdfsFile, piece: Piece, plan: BlockPlan, failures: dict[str, str],
     ) -> _Outcome:
-        """One round over the block's replicas, best first; hedge onto the next one when slow.
+        """One round over the block's replicas, best first; hedged onto the next one when slow.
 
-        At most two replicas are in flight. The next one starts when the current one fails, or
-        when it has not answered within the hedging threshold. The first answer wins and the
-        other read is cancelled (its connection is closed, never pooled half-read).
+        Each replica is read inline. If it has not answered within the hedging threshold, the
+        hedge timer asks the next replica for the same bytes (`hedging`); the first answer wins
+        and the other read is cancelled. A failure moves on to the next replica.
         """
         outcome = _Outcome()
         dead = file.dead.setdefault(piece.block_start, set())
         pending = self.replicas.order(plan.replicas, dead, trio.current_time())
-        if not pending:
-            return outcome
         request = dtp.encode_read_block(plan.header_field, piece.offset_in_block, piece.length)
-        send, receive = trio.open_memory_channel[tuple[str, hdfs_pb2.DatanodeInfoProto, bool, object]](len(pending))
 
-        async def attempt(address: str, loc: hdfs_pb2.DatanodeInfoProto, description: str, hedged: bool) -> None:
+        async def attempt(address: str, description: str) -> bytearray | HdfsError | ProtocolError:
             started = trio.current_time()
             try:
                 data = await read_replica(
@@ -439,46 +439,70 @@ class HdfsClient:
                     description, self.options.timeouts, self.stats,
                 )
             except (HdfsError, ProtocolError) as e:
-                send.send_nowait((address, loc, hedged, e))
-                return
-            except trio.Cancelled:
-                now = trio.current_time()
+                return e
+            except BaseException:  # cancelled (a lost race, the read's bound), maybe inside a connect's
+                now = trio.current_time()  # nursery: the replica took at least this long
                 self.replicas.record(address, piece.length, now - started, now)
                 raise
             now = trio.current_time()
             self.replicas.record(address, piece.length, now - started, now)
-            send.send_nowait((address, loc, hedged, data))
+            return data
 
-        async with trio.open_nursery() as nursery:
-            running = 0
-            while True:
-                if pending and running == 0:
-                    address, (loc, description) = pending.pop(0)
-                    nursery.start_soon(attempt, address, loc, description, False)
-                    running += 1
-                threshold = self.replicas.hedge_after(piece.length) if pending and running == 1 else None
-                with trio.move_on_after(math.inf if threshold is None else threshold):
-                    address, loc, hedged, result = await receive.receive()
-                    running -= 1
-                    if isinstance(result, bytearray):
-                        outcome.data = result
-                        if hedged:
+        async def hedge(race: Race) -> None:
+            if not pending:
+                return
+            address, (loc, description) = pending.pop(0)
+            self.stats.hedged_reads += 1
+            log.debug("%s: no answer within the hedging threshold; also asking %s", plan.what, address)
+            with race.hedge_scope:
+                result = await attempt(address, description)
+                if isinstance(result, bytearray):
+                    race.won((address, loc, result))
+                    return
+                race.hedge_result = (address, loc, result)
+
+        while pending and outcome.data is None:
+            address, (loc, description) = pending.pop(0)
+            threshold = self.replicas.hedge_after(piece.length) if pending else None
+            if threshold is None:
+                result = await attempt(address, description)
+                if self._settle(address, loc, result, dead, failures, outcome):
+                    break
+                continue
+            race = Race(hedge)
+            self.hedges.arm(trio.current_time() + threshold, race)
+            try:
+                with race.primary_scope:
+                    result = await attempt(address, description)
+                if race.primary_scope.cancelled_caught:  # the hedge answered first
+                    _, _, data = race.hedge_result  # type: ignore[misc]
+                    outcome.data = data
+                    self.stats.hedge_wins += 1
+                    break
+                race.finished = True  # no hedge starts from now on
+                if self._settle(address, loc, result, dead, failures, outcome):
+                    break
+                if outcome.data is None and race.hedged:  # the primary failed: the hedge decides
+                    await race.hedge_done.wait()
+                    if race.hedge_result is not None:
+                        h_address, h_loc, h_result = race.hedge_result  # type: ignore[misc]
+                        if isinstance(h_result, bytearray):
                             self.stats.hedge_wins += 1
-                        nursery.cancel_scope.cancel()
-                        break
-                    assert isinstance(result, Exception)
-                    if self._failed(address, loc, result, dead, failures, outcome):
-                        nursery.cancel_scope.cancel()
-                        break
-                    if not pending and running == 0:
-                        break
-                    continue
-                address, (loc, description) = pending.pop(0)  # the threshold passed: hedge
-                self.stats.hedged_reads += 1
-                log.debug("%s: no answer within %.0f ms; also asking %s", plan.what, threshold * 1000, address)
-                nursery.start_soon(attempt, address, loc, description, True)
-                running += 1
+                        if self._settle(h_address, h_loc, h_result, dead, failures, outcome):
+                            break
+            finally:
+                race.finish()
         return outcome
+
+    def _settle(
+        self, address: str, loc: hdfs_pb2.DatanodeInfoProto, result: bytearray | Exception, dead: set[str],
+        failures: dict[str, str], outcome: _Outcome,
+    ) -> bool:
+        """Take one replica's answer; True when the round must stop (bytes, or a refused token)."""
+        if isinstance(result, bytearray):
+            outcome.data = result
+            return True
+        return self._failed(address, loc, result, dead, failures, outcome)
 
     def _failed(
         self, address: str, loc: hdfs_pb2.DatanodeInfoProto, e: Exception, dead: set[str],

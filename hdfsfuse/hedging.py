@@ -1,0 +1,89 @@
+"""Hedged reads without a task per read. Does I/O (trio).
+
+The first replica is read inline, in the caller's task. One timer task serves the whole client:
+when a read has not answered within its threshold, the timer starts a second read of the same
+bytes from the next replica. The first answer wins; the other read is cancelled, and its
+connection closed (never pooled half-read).
+
+    caller:  arm(race) ── read replica A inline ───────────────X (cancelled: B won) ── return B's bytes
+    timer:         ... threshold ... start hedge ── read replica B ── done: cancel A's scope
+
+Arming is a heap push, so a read that answers within the threshold (nearly every read) costs
+no task, nursery or channel. `client.HdfsClient._read_replicas` drives a `Race`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+from collections.abc import Awaitable, Callable
+
+import trio
+
+log = logging.getLogger(__name__)
+
+
+class Race:
+    """One read that may be hedged: the inline primary's scope and the hedge's state."""
+
+    __slots__ = ("finished", "hedge", "hedge_done", "hedge_result", "hedge_scope", "hedged", "primary_scope")
+
+    def __init__(self, hedge: Callable[[Race], Awaitable[None]]) -> None:
+        self.hedge = hedge  # started by the timer, in the client's nursery
+        self.primary_scope = trio.CancelScope()
+        self.hedge_scope = trio.CancelScope()
+        self.hedge_done = trio.Event()
+        self.hedge_result: object = None  # bytes, an exception, or None (cancelled or nothing to ask)
+        self.hedged = False  # the timer fired: a hedge runs (or ran)
+        self.finished = False  # the caller is done with this read: never start a hedge now
+
+    def won(self, data: object) -> None:
+        """The hedge answered: keep its bytes and stop the primary (if it is still reading)."""
+        self.hedge_result = data
+        if not self.finished:
+            self.primary_scope.cancel()
+
+    def finish(self) -> None:
+        """The caller is done: stop a hedge that is still reading."""
+        self.finished = True
+        self.hedge_scope.cancel()
+
+
+class HedgeTimer:
+    """Starts hedges for races whose threshold passed: one task for every read of a client."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Race]] = []
+        self._order = itertools.count()
+        self._wakeup = trio.Event()
+        self._next = math.inf
+
+    def arm(self, deadline: float, race: Race) -> None:
+        heapq.heappush(self._heap, (deadline, next(self._order), race))
+        if deadline < self._next:
+            self._wakeup.set()
+
+    async def run(self, nursery: trio.Nursery) -> None:
+        while True:
+            now = trio.current_time()
+            while self._heap and self._heap[0][0] <= now:
+                _, _, race = heapq.heappop(self._heap)
+                if not race.finished and not race.hedged:
+                    race.hedged = True
+                    nursery.start_soon(self._hedge, race)
+            self._next = self._heap[0][0] if self._heap else math.inf
+            self._wakeup = trio.Event()
+            with trio.move_on_at(self._next):
+                await self._wakeup.wait()
+
+    @staticmethod
+    async def _hedge(race: Race) -> None:
+        try:
+            await race.hedge(race)
+        except Exception as e:  # a background task: a bug fails this read only, never the client
+            log.error("hedged read failed unexpectedly: %s: %s", type(e).__name__, e)
+            race.hedge_result = e
+        finally:
+            race.hedge_done.set()
