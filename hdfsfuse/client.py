@@ -345,7 +345,7 @@ class HdfsClient:
             return b""
         if file.map.first_gap(offset, n) is not None:
             await self._fill_gaps(file, offset, n)
-            n = clamp(offset, length, file.length)
+            n = min(n, clamp(offset, length, file.length))  # the file may have shrunk, never read past the fill
             if n == 0:
                 return b""
         pieces = file.map.pieces(offset, n)
