@@ -122,10 +122,39 @@ class Contender:
 
     name: str
     argv: Callable[[str, str, str, int], list[str]]  # (path, offsets file or "seq", warm-up file, threads)
-    daemon: Mount | None = None
+    daemon_pid: Callable[[], int] | None = None
 
 
-def _worker(kind: str, cluster: MiniDfs, mount: Mount | None = None) -> Callable[[str, str, str, int], list[str]]:
+class FloorMount:
+    """The no-op pyfuse3 daemon (`noop_fs`): what FUSE alone costs, with hdfsfuse's kernel tuning."""
+
+    def __init__(self, files: dict[str, int]) -> None:
+        from hdfsfuse.daemon import tune_kernel
+        from hdfsfuse.options import MountOptions
+        from tests.mounting import is_mounted
+
+        self.dir = tempfile.mkdtemp(prefix="hdfsfuse-floor-")
+        argv = [sys.executable, "-m", "tests.bench.noop_fs", self.dir, *(f"--file={p}={n}" for p, n in files.items())]
+        self.proc = subprocess.Popen(argv, cwd=REPO)
+        deadline = time.monotonic() + 60
+        while not is_mounted(self.dir):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the no-op FUSE daemon did not mount")
+            time.sleep(0.05)
+        tune_kernel(self.dir, MountOptions())  # the same read_ahead_kb and max_background as hdfsfuse
+
+    def unmount(self) -> None:
+        subprocess.run(["fusermount3", "-u", self.dir], capture_output=True)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            subprocess.run(["fusermount3", "-uz", self.dir], capture_output=True)
+        os.rmdir(self.dir)
+
+
+def _worker(kind: str, cluster: MiniDfs, mount: Mount | FloorMount | None = None,
+            ) -> Callable[[str, str, str, int], list[str]]:
     def argv(path: str, offsets: str, warmup: str, threads: int) -> list[str]:
         args = [sys.executable, "-m", "tests.bench.worker", "--kind", kind, "--path", path, "--offsets", offsets,
                 "--warmup-offsets", warmup, "--threads", str(threads), "--uri", cluster.uri,
@@ -185,7 +214,7 @@ def measure(cluster: MiniDfs, workload: str, contender: Contender, ops: int, arg
                 break
         else:
             raise RuntimeError(f"{contender.name} exited before warming up: {' '.join(argv)}")
-        pid = daemon_pid(contender.daemon) if contender.daemon is not None else None
+        pid = contender.daemon_pid() if contender.daemon_pid is not None else None
         cpu0 = _process_cpu(pid) if pid else 0.0
         m0 = cluster.metrics_total()
         nn0 = cluster.nn_metrics()
@@ -255,6 +284,7 @@ def run(sizes: Sizes, reps: int, out_dir: Path) -> dict[str, object]:
             return str(path)
 
         mounts = {"page cache": Mount(cluster), "direct_io": Mount(cluster, "direct_io")}
+        floor = FloorMount({"/bench/big": sizes.big, "/bench/huge": sizes.huge})
         try:
             big, huge = sizes.big, sizes.huge
             warm_big = offsets_file("warm-big", random_reads(big, WARMUP_READS, 4096, True, 99))
@@ -269,10 +299,12 @@ def run(sizes: Sizes, reps: int, out_dir: Path) -> dict[str, object]:
 
             def contenders(stream_mode: str, sequential: bool) -> list[Contender]:
                 out = [
+                    Contender("FUSE floor (no-op pyfuse3 daemon)", _worker("mount", cluster, floor),
+                              lambda: floor.proc.pid),
                     Contender("hdfsfuse mount (page cache)", _worker("mount", cluster, mounts["page cache"]),
-                              mounts["page cache"]),
+                              lambda: daemon_pid(mounts["page cache"])),
                     Contender("hdfsfuse mount (direct_io)", _worker("mount", cluster, mounts["direct_io"]),
-                              mounts["direct_io"]),
+                              lambda: daemon_pid(mounts["direct_io"])),
                     Contender("hdfsfuse library", _worker("library", cluster)),
                     Contender("Java stream read", _java(cluster, stream_mode)),
                     Contender("hdfs-native", _worker("native", cluster)),
@@ -319,6 +351,7 @@ def run(sizes: Sizes, reps: int, out_dir: Path) -> dict[str, object]:
         finally:
             for m in mounts.values():
                 m.unmount()
+            floor.unmount()
     results = [median_result(rs) for rs in raw.values()]
     report = {"machine": machine(), "sizes": dataclasses.asdict(sizes), "reps": reps,
               "results": [dataclasses.asdict(r) | {"rate": r.rate, "mbps": r.mbps, "cpu_us_per_op": r.cpu_us_per_op}
@@ -394,7 +427,9 @@ def render(report: dict) -> str:  # type: ignore[type-arg]
              "offsets) before the referee reads its counters; rounds are interleaved. CPU is the "
              "contender's own process CPU per operation (the mount: the daemon's plus the reader's). "
              "\"Java stream read\" opens a new stream, seeks and reads for every read (W6: one stream, "
-             "seek then read), which is how it over-reads.", "",
+             "seek then read), which is how it over-reads. \"FUSE floor\" is a no-op pyfuse3 daemon "
+             "answering reads from memory (page-cache mode, hdfsfuse's kernel tuning): what FUSE alone "
+             "costs here, a ceiling for any pyfuse3 mount.", "",
              "Machine: " + ", ".join(f"{k} {v}" for k, v in report["machine"].items()), "",
              "Sizes: " + ", ".join(f"{k} {v}" for k, v in report["sizes"].items()), ""]
     lines += ["## Headline", "", *headline(report), ""]
@@ -428,7 +463,8 @@ def render(report: dict) -> str:  # type: ignore[type-arg]
     return "\n".join(lines)
 
 
-HEADLINE_ROWS = ["hdfsfuse mount (page cache)", "hdfsfuse mount (direct_io)", "hdfsfuse library", "Java pread",
+HEADLINE_ROWS = ["FUSE floor (no-op pyfuse3 daemon)", "hdfsfuse mount (page cache)", "hdfsfuse mount (direct_io)",
+                 "hdfsfuse library", "Java pread",
                  "Java stream read", "hdfs-native"]
 
 
