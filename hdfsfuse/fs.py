@@ -399,7 +399,7 @@ class HdfsOperations(pyfuse3.Operations):
     # ----- extended attributes --------------------------------------------------------------------
 
     def stats_snapshot(self) -> dict[str, object]:
-        return snapshot(self.stats, self.nn.calls, self.nn.failovers)
+        return snapshot(self.stats, self.nn.calls, self.nn.failovers, self.client.replicas.snapshot())
 
     async def _status(self, inode: int) -> FileStatus:
         cached = self._attrs.get(inode)

@@ -36,7 +36,8 @@ class Stats:
         return time.monotonic() - self.started
 
 
-def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failovers: int) -> dict[str, object]:
+def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failovers: int,
+             datanode_latency_ms: dict[str, float] | None = None) -> dict[str, object]:
     """Everything `hdfsfuse stats` shows, as plain JSON-able data."""
     return {
         "uptime_seconds": round(stats.uptime, 3),
@@ -59,6 +60,7 @@ def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failove
         "namenode_rpcs": dict(sorted(rpc_calls.items())),
         "cache_hits": dict(sorted(stats.cache_hits.items())),
         "cache_misses": dict(sorted(stats.cache_misses.items())),
+        "datanode_latency_ms": dict(datanode_latency_ms or {}),
     }
 
 
@@ -83,8 +85,10 @@ _HELP = {
     "namenode_rpcs": "NameNode RPCs by method.",
     "cache_hits": "Cache hits by cache.",
     "cache_misses": "Cache misses by cache.",
+    "datanode_latency_ms": "Each DataNode's recent expected time for a 4 KiB read (milliseconds).",
 }
-_LABELS = {"namenode_rpcs": "method", "cache_hits": "cache", "cache_misses": "cache"}
+_LABELS = {"namenode_rpcs": "method", "cache_hits": "cache", "cache_misses": "cache",
+           "datanode_latency_ms": "datanode"}
 
 
 def prometheus(snap: dict[str, object]) -> str:
@@ -92,7 +96,7 @@ def prometheus(snap: dict[str, object]) -> str:
     lines = []
     for key, value in snap.items():
         name = f"hdfsfuse_{key}"
-        kind = "gauge" if key in ("uptime_seconds", "amplification") else "counter"
+        kind = "gauge" if key in ("uptime_seconds", "amplification", "datanode_latency_ms") else "counter"
         lines.append(f"# HELP {name} {_HELP[key]}")
         lines.append(f"# TYPE {name} {kind}")
         if isinstance(value, dict):

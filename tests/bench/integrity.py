@@ -97,7 +97,8 @@ def hedging(reads: int, rate: str) -> dict[str, object]:
     for (k, phase), s in samples.items():
         result[f"hedge={k}, {phase}"] = _percentiles(s)
     for k, st in stats.items():
-        result[f"hedge={k} counters"] = {n: st[n] for n in ("hedged_reads", "hedge_wins", "replica_failovers")}
+        result[f"hedge={k} counters"] = {n: st[n] for n in ("hedged_reads", "hedge_wins", "replica_failovers",
+                                                             "datanode_latency_ms")}
     return result
 
 
