@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import pyfuse3
 import trio
 
-from hdfsfuse.client import WHOLE_FILE, HdfsClient, HdfsFile
+from hdfsfuse.client import HdfsClient, HdfsFile
 from hdfsfuse.errors import FileNotFound, HdfsError, to_errno
 from hdfsfuse.inodes import ROOT_INODE, Entry, InodeTable
 from hdfsfuse.namenode import FileStatus
@@ -47,6 +47,7 @@ FILE_XATTRS = (b"user.hdfs.replication", b"user.hdfs.block_size", b"user.hdfs.bl
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 NEGATIVE_CACHE_MAX = 10_000  # remembered missing names, at most
 GROWING_ATTR_TIMEOUT = 1.0  # seconds the kernel keeps the size of a file being written
+XATTR_SIZE_MAX = 65536  # the kernel's cap on one extended attribute value
 
 
 class IdentityMap:
@@ -436,13 +437,30 @@ class HdfsOperations(pyfuse3.Operations):
                 return str(st.block_replication).encode()
             if name == b"user.hdfs.block_size":
                 return str(st.blocksize).encode()
-            lbs = await self.nn.get_block_locations(entry.nn_path, 0, WHOLE_FILE)
-            blocks = [
-                {"offset": b.offset, "length": b.b.numBytes,
-                 "hosts": [f"{loc.id.hostName}:{loc.id.xferPort}" for loc in b.locs]}
-                for b in lbs.blocks
-            ]
-            return json.dumps(blocks).encode()
+            return await self._blocks_xattr(entry.nn_path, entry.shown, 10 * (st.blocksize or 128 * 1024 * 1024))
+
+    async def _blocks_xattr(self, nn_path: str, shown: str, window: int) -> bytes:
+        """user.hdfs.blocks: the block list as JSON, fetched `window` bytes of file at a time.
+
+        The kernel caps an xattr value at 64 KiB: a longer list is E2BIG, found without asking
+        the NameNode for the whole file's locations.
+        """
+        blocks: list[dict[str, object]] = []
+        size, offset = 2, 0
+        while True:
+            lbs = await self.nn.get_block_locations(nn_path, offset, window)
+            fresh = [b for b in lbs.blocks if b.offset >= offset]
+            for b in fresh:
+                item = {"offset": b.offset, "length": b.b.numBytes,
+                        "hosts": [f"{loc.id.hostName}:{loc.id.xferPort}" for loc in b.locs]}
+                size += len(json.dumps(item)) + 2
+                if size > XATTR_SIZE_MAX:
+                    log.warning("%s: user.hdfs.blocks would be over %d bytes (E2BIG)", shown, XATTR_SIZE_MAX)
+                    raise pyfuse3.FUSEError(errno.E2BIG)
+                blocks.append(item)
+            if not fresh or (lbs.HasField("lastBlock") and fresh[-1].b.blockId == lbs.lastBlock.b.blockId):
+                return json.dumps(blocks).encode()
+            offset = fresh[-1].offset + max(1, fresh[-1].b.numBytes)
 
     # ----- files ----------------------------------------------------------------------------------
 

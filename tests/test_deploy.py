@@ -203,3 +203,16 @@ def test_stats_xattr_is_only_on_the_root(cluster: MiniDfs, shared_mount, data_di
         with pytest.raises(OSError) as e:
             os.getxattr(non_root, "user.hdfsfuse.stats")
         assert e.value.errno == errno.ENODATA
+
+
+def test_blocks_xattr_of_many_blocks_comes_in_windows_and_is_capped(cluster: MiniDfs, shared_mount,  # type: ignore[no-untyped-def]
+                                                                      data_dir: str) -> None:
+    cluster.put_bytes(random_bytes(600 * 1024, seed=92), f"{data_dir}/many", block_size=1024, replication=1)
+    blocks = json.loads(os.getxattr(shared_mount.path(f"{data_dir}/many"), "user.hdfs.blocks"))
+    java = cluster.blocks(f"{data_dir}/many")
+    assert [(b["offset"], b["length"]) for b in blocks] == [(j["offset"], j["length"]) for j in java]
+    assert len(blocks) == 600
+    cluster.put_bytes(random_bytes(1500 * 1024, seed=93), f"{data_dir}/too-many", block_size=1024, replication=1)
+    with pytest.raises(OSError) as e:  # over the kernel's 64 KiB cap for one xattr value
+        os.getxattr(shared_mount.path(f"{data_dir}/too-many"), "user.hdfs.blocks")
+    assert e.value.errno == errno.E2BIG
