@@ -31,7 +31,7 @@ LocatedBlock = hdfs_pb2.LocatedBlockProto
 class BlockMap:
     """Known located blocks of one file, sorted by file offset, with their identity pins."""
 
-    __slots__ = ("_pins", "blocks", "lengths", "starts", "what")
+    __slots__ = ("_offsets_by_id", "_pins", "blocks", "lengths", "starts", "what")
 
     def __init__(self, what: str) -> None:
         self.what = what
@@ -39,33 +39,30 @@ class BlockMap:
         self.lengths: list[int] = []
         self.blocks: list[LocatedBlock] = []
         self._pins: dict[int, tuple[str, int, int]] = {}  # offset -> (pool id, block id, longest length seen)
-
-    def __len__(self) -> int:
-        return len(self.blocks)
+        self._offsets_by_id: dict[int, int] = {}  # block id -> the offset it is pinned at
 
     def merge(self, located: Iterable[LocatedBlock]) -> list[int]:
         """Take fresh locations in; return the offsets of blocks that were replaced or added.
 
         Everything is checked before anything is stored, so a refused answer changes nothing.
+        The cost is O(k log n) for k fresh blocks, so a huge file read window by window stays cheap.
         """
         fresh = sorted(located, key=lambda b: b.offset)
         for lb in fresh:
             self._check(lb)
-        starts, lengths, blocks = list(self.starts), list(self.lengths), list(self.blocks)
+        self._check_layout(fresh)
         for lb in fresh:
-            i = bisect.bisect_left(starts, lb.offset)
-            if i < len(starts) and starts[i] == lb.offset:
-                blocks[i] = lb
-                lengths[i] = lb.b.numBytes
+            i = bisect.bisect_left(self.starts, lb.offset)
+            if i < len(self.starts) and self.starts[i] == lb.offset:
+                self.blocks[i] = lb
+                self.lengths[i] = lb.b.numBytes
             else:
-                starts.insert(i, lb.offset)
-                lengths.insert(i, lb.b.numBytes)
-                blocks.insert(i, lb)
-        self._check_layout(starts, lengths, blocks)
-        self.starts, self.lengths, self.blocks = starts, lengths, blocks
-        for lb in fresh:
+                self.starts.insert(i, lb.offset)
+                self.lengths.insert(i, lb.b.numBytes)
+                self.blocks.insert(i, lb)
             pool, block_id, longest = self._pins.get(lb.offset, (lb.b.poolId, lb.b.blockId, 0))
             self._pins[lb.offset] = (pool, block_id, max(longest, lb.b.numBytes))
+            self._offsets_by_id[block_id] = lb.offset
         return [lb.offset for lb in fresh]
 
     def _check(self, lb: LocatedBlock) -> None:
@@ -82,19 +79,36 @@ class BlockMap:
                     f"{self.what} was truncated since it was opened: block {block_id} at offset {lb.offset} "
                     f"shrank from {longest} to {lb.b.numBytes} bytes"
                 )
-        for offset, (_, block_id, _) in self._pins.items():
-            if block_id == lb.b.blockId and offset != lb.offset:
-                raise FileChanged(
-                    f"{self.what} was rewritten since it was opened: block {block_id} moved from offset "
-                    f"{offset} to {lb.offset}"
-                )
+        offset = self._offsets_by_id.get(lb.b.blockId)
+        if offset is not None and offset != lb.offset:
+            raise FileChanged(
+                f"{self.what} was rewritten since it was opened: block {lb.b.blockId} moved from offset "
+                f"{offset} to {lb.offset}"
+            )
 
-    def _check_layout(self, starts: list[int], lengths: list[int], blocks: list[LocatedBlock]) -> None:
-        for i in range(len(starts) - 1):
-            if starts[i] + lengths[i] > starts[i + 1]:
+    def _check_layout(self, fresh: list[LocatedBlock]) -> None:
+        """No fresh block may overlap its neighbours, known or fresh (fresh lengths win)."""
+        fresh_lengths = {lb.offset: lb.b.numBytes for lb in fresh}
+        for k, lb in enumerate(fresh):
+            start, end = lb.offset, lb.offset + lb.b.numBytes
+            i = bisect.bisect_left(self.starts, start)
+            before = [(fresh[k - 1].offset, fresh[k - 1].b.numBytes)] if k else []
+            if i > 0:
+                s = self.starts[i - 1]
+                before.append((s, fresh_lengths.get(s, self.lengths[i - 1])))
+            j = bisect.bisect_right(self.starts, start)
+            after = [fresh[k + 1].offset] if k + 1 < len(fresh) else []
+            after += self.starts[j : j + 1]
+            prev_start, prev_length = max(before, default=(start, 0))
+            if prev_start < start and prev_start + prev_length > start:
                 raise FileChanged(
-                    f"{self.what} was rewritten since it was opened: block {blocks[i].b.blockId} "
-                    f"overlaps the block at offset {starts[i + 1]}"
+                    f"{self.what} was rewritten since it was opened: the block at offset {prev_start} "
+                    f"overlaps block {lb.b.blockId} at offset {start}"
+                )
+            if after and end > min(after):
+                raise FileChanged(
+                    f"{self.what} was rewritten since it was opened: block {lb.b.blockId} "
+                    f"overlaps the block at offset {min(after)}"
                 )
 
     def first_gap(self, offset: int, length: int) -> int | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 import trio
 import trio.testing
@@ -9,75 +11,75 @@ import trio.testing
 from hdfsfuse.hedging import HedgeTimer, Race
 
 
-def run(fn) -> None:  # type: ignore[no-untyped-def]
-    trio.run(fn, clock=trio.testing.MockClock(autojump_threshold=0))
+def with_timer(body: Callable[[HedgeTimer, trio.Nursery], Awaitable[None]]) -> None:
+    """Run `body` with a hedge timer running in a nursery, on a virtual clock."""
+
+    async def main() -> None:
+        timer = HedgeTimer()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(timer.run, nursery)
+            await body(timer, nursery)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def test_a_slow_primary_is_hedged_and_the_hedge_wins() -> None:
-    async def main() -> None:
-        timer, started = HedgeTimer(), []
+    started: list[float] = []
 
-        async def hedge(race: Race) -> None:
-            started.append(trio.current_time())
-            await trio.sleep(0.01)
-            race.won(b"from the hedge")
+    async def hedge(race: Race) -> None:
+        started.append(trio.current_time())
+        await trio.sleep(0.01)
+        race.won(b"from the hedge")
 
-        async with trio.open_nursery() as n:
-            n.start_soon(timer.run, n)
-            race = Race(hedge)
-            t0 = trio.current_time()
-            timer.arm(t0 + 0.05, race)
-            with race.primary_scope:
-                await trio.sleep(10)  # a primary that never answers in time
-            assert race.primary_scope.cancelled_caught and race.hedge_result == b"from the hedge"
-            assert started == [t0 + 0.05] and trio.current_time() == pytest.approx(t0 + 0.06)
-            race.finish()
-            n.cancel_scope.cancel()
+    async def body(timer: HedgeTimer, nursery: trio.Nursery) -> None:
+        race = Race(hedge)
+        t0 = trio.current_time()
+        timer.arm(t0 + 0.05, race)
+        with race.primary_scope:
+            await trio.sleep(10)  # a primary that never answers in time
+        assert race.primary_scope.cancelled_caught and race.hedge_result == b"from the hedge"
+        assert started == [t0 + 0.05] and trio.current_time() == pytest.approx(t0 + 0.06)
+        race.finish()
 
-    run(main)
+    with_timer(body)
 
 
 def test_a_fast_primary_is_never_hedged_and_costs_no_task() -> None:
-    async def main() -> None:
-        timer, started = HedgeTimer(), []
+    started: list[Race] = []
 
-        async def hedge(race: Race) -> None:
-            started.append(race)
+    async def hedge(race: Race) -> None:
+        started.append(race)
 
-        async with trio.open_nursery() as n:
-            n.start_soon(timer.run, n)
-            for _ in range(100):
-                race = Race(hedge)
-                timer.arm(trio.current_time() + 0.05, race)
-                await trio.sleep(0.001)  # answered well within the threshold
-                race.finish()
-            await trio.sleep(1)  # every deadline passes: none of them fires
-            assert started == [] and n.child_tasks and len(n.child_tasks) == 1
-            n.cancel_scope.cancel()
+    async def body(timer: HedgeTimer, nursery: trio.Nursery) -> None:
+        for _ in range(100):
+            race = Race(hedge)
+            timer.arm(trio.current_time() + 0.05, race)
+            await trio.sleep(0.001)  # answered well within the threshold
+            race.finish()
+        await trio.sleep(1)  # every deadline passes: none of them fires
+        assert started == [] and len(nursery.child_tasks) == 1  # the timer alone
 
-    run(main)
+    with_timer(body)
 
 
 def test_an_earlier_deadline_wakes_the_timer_and_a_failing_hedge_is_contained() -> None:
-    async def main() -> None:
-        timer, fired = HedgeTimer(), []
+    fired: list[float] = []
 
-        async def hedge(race: Race) -> None:
-            fired.append(trio.current_time())
-            raise RuntimeError("a bug in a hedge")
+    async def hedge(race: Race) -> None:
+        fired.append(trio.current_time())
+        raise RuntimeError("a bug in a hedge")
 
-        async with trio.open_nursery() as n:
-            n.start_soon(timer.run, n)
-            t0 = trio.current_time()
-            late, early = Race(hedge), Race(hedge)
-            timer.arm(t0 + 5, late)
-            await trio.sleep(0)
-            timer.arm(t0 + 0.05, early)
-            await early.hedge_done.wait()
-            assert fired == [t0 + 0.05] and isinstance(early.hedge_result, RuntimeError)
-            late.finish()
-            await trio.sleep(10)
-            assert fired == [t0 + 0.05]  # the finished race never hedged; the timer still runs
-            n.cancel_scope.cancel()
+    async def body(timer: HedgeTimer, nursery: trio.Nursery) -> None:
+        t0 = trio.current_time()
+        late, early = Race(hedge), Race(hedge)
+        timer.arm(t0 + 5, late)
+        await trio.sleep(0)
+        timer.arm(t0 + 0.05, early)
+        await early.hedge_done.wait()
+        assert fired == [t0 + 0.05] and isinstance(early.hedge_result, RuntimeError)
+        late.finish()
+        await trio.sleep(10)
+        assert fired == [t0 + 0.05]  # the finished race never hedged; the timer still runs
 
-    run(main)
+    with_timer(body)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import subprocess
 import time
 from collections.abc import Callable
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hdfsfuse import errors
 from hdfsfuse.client import ClientOptions, HdfsClient
@@ -436,3 +439,23 @@ def test_a_reset_metrics_scrape_does_not_stop_the_mount(
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     assert "hdfsfuse_app_bytes_read" in body
     assert open(m.path(f"{data_dir}/still-served"), "rb").read() == data
+
+
+@given(st.lists(st.integers(1, 3000), min_size=1, max_size=40), st.randoms(use_true_random=False))
+def test_blockmap_takes_windows_in_any_order(lengths: list[int], rnd: random.Random) -> None:
+    """Only the last block of a file being written can be empty, so blocks here hold a byte at least."""
+    from hdfsfuse.blockmap import BlockMap
+    from hdfsfuse.proto import hdfs_pb2
+
+    located, offset = [], 0
+    for i, n in enumerate(lengths):
+        b = hdfs_pb2.LocatedBlockProto(offset=offset)
+        b.b.poolId, b.b.blockId, b.b.numBytes = "bp", 1000 + i, n
+        located.append(b)
+        offset += n
+    windows = [located[i : i + 10] for i in range(0, len(located), 10)]
+    rnd.shuffle(windows)
+    m = BlockMap("/f")
+    for w in windows + windows[:1]:  # the last one again: a refresh of known blocks
+        m.merge(w)
+    assert m.starts == [b.offset for b in located] and m.first_gap(0, offset) is None

@@ -17,6 +17,7 @@ Prints one JSON document; figures are wall-clock on a noisy 2-core machine: read
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -28,23 +29,12 @@ from pathlib import Path
 import trio
 
 from hdfsfuse.client import WHOLE_FILE, ClientOptions, HdfsClient
+from tests.bench.run import daemon_pid
 from tests.minidfs import ClusterOptions, MiniDfs, slow_port
 from tests.mounting import Mount
 
 MiB = 1 << 20
 WARMUP = 200
-
-
-def _daemon_pid(m: Mount) -> int:
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"hdfsfuse.cli" in b" ".join(cmd) and m.dir.encode() in cmd:
-                return int(pid)
-    raise RuntimeError("daemon not found")
 
 
 def _status_kib(pid: int, key: str) -> int:
@@ -77,7 +67,7 @@ def hedging(reads: int, rate: str) -> dict[str, object]:
                 for _ in range(WARMUP):
                     os.pread(fd, 4096, rnd.randrange(size // 4096) * 4096)
             for phase in ("healthy", "one slow DataNode"):
-                ctx = slow_port(slow_port_, rate) if phase != "healthy" else _nothing()
+                ctx = slow_port(slow_port_, rate) if phase != "healthy" else contextlib.nullcontext()
                 with ctx:
                     for _ in range(reads // 100):  # interleave rounds of 100 reads per mount
                         for k, fd in fds.items():
@@ -102,14 +92,6 @@ def hedging(reads: int, rate: str) -> dict[str, object]:
     return result
 
 
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def listing(entries: int) -> dict[str, object]:
     with MiniDfs(ClusterOptions(datanodes=1)) as c:
         t0 = time.perf_counter()
@@ -117,7 +99,7 @@ def listing(entries: int) -> dict[str, object]:
         made = time.perf_counter() - t0
         m = Mount(c)
         try:
-            pid = _daemon_pid(m)
+            pid = daemon_pid(m)
             rss0 = _status_kib(pid, "VmRSS")
             t0 = time.perf_counter()
             n = 0
