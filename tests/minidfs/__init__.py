@@ -86,6 +86,13 @@ class ClusterOptions:
     block_tokens: bool = False
     permissions: bool = False
     datanode_hostname: str = "127.0.0.1"
+    # A secure cluster: MiniKdc, Kerberos RPC, block tokens, HTTPS (see tests.minidfs.__main__).
+    kerberos: bool = False
+    rpc_protection: str = "authentication"
+    data_transfer_protection: str | None = None
+    encrypt_data_transfer: bool = False
+    ticket_lifetime: int | None = None  # seconds; the KDC's maximum ticket lifetime
+    proxy_user: str | None = None
 
     def argv(self) -> list[str]:
         args = [
@@ -99,6 +106,15 @@ class ClusterOptions:
         args += ["--block-tokens"] if self.block_tokens else []
         args += ["--permissions"] if self.permissions else []
         args += ["--datanode-hostname", self.datanode_hostname]
+        if self.kerberos:
+            args += ["--kerberos", "--rpc-protection", self.rpc_protection]
+            if self.data_transfer_protection:
+                args += ["--data-transfer-protection", self.data_transfer_protection]
+            args += ["--encrypt-data-transfer"] if self.encrypt_data_transfer else []
+            if self.ticket_lifetime:
+                args += ["--ticket-lifetime", str(self.ticket_lifetime)]
+            if self.proxy_user:
+                args += ["--proxy-user", self.proxy_user]
         return args
 
 
@@ -120,9 +136,13 @@ class MiniDfs:
         classpath = ensure_built()
         self._base_dir = Path(tempfile.mkdtemp(prefix="hdfsfuse-minidfs-"))
         self.log_path = self._base_dir / "launcher.log"
+        # A per-cluster classpath directory: a secure cluster's ssl-client.xml / ssl-server.xml.
+        resources = self._base_dir / "resources"
+        resources.mkdir()
         argv = [
-            _java(), f"-Xmx{self._heap}", "-cp", classpath, _MAIN_CLASS,
-            "--base-dir", str(self._base_dir / "data"), *self.options.argv(),
+            _java(), f"-Xmx{self._heap}", "-cp", f"{resources}:{classpath}", _MAIN_CLASS,
+            "--base-dir", str(self._base_dir / "data"), "--resource-dir", str(resources),
+            *self.options.argv(),
         ]
         with open(self.log_path, "wb") as log:
             self._proc = subprocess.Popen(
@@ -177,6 +197,15 @@ class MiniDfs:
     @property
     def uri(self) -> str:
         return str(self.ready["uri"])
+
+    @property
+    def kerberos(self) -> dict[str, Any]:
+        """realm, krb5_conf, client_principal, client_keytab (a secure cluster only)."""
+        return dict(self.ready["kerberos"])
+
+    def krb5_env(self) -> dict[str, str]:
+        """Environment for a process that talks to this cluster's KDC."""
+        return {"KRB5_CONFIG": self.kerberos["krb5_conf"]} if "kerberos" in self.ready else {}
 
     @property
     def conf_dir(self) -> str:

@@ -23,12 +23,36 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
     p.add_argument("--ha", action="store_true", help="two NameNodes in one nameservice")
     p.add_argument("--block-tokens", action="store_true")
     p.add_argument("--permissions", action="store_true")
+    p.add_argument("--datanode-hostname", default="127.0.0.1")
+    levels = "authentication|integrity|privacy"
+    p.add_argument("--kerberos", action="store_true",
+                   help="a MiniKdc and a secure cluster: Kerberos RPC, block tokens, HTTPS")
+    p.add_argument("--rpc-protection", metavar=levels, default="authentication", type=_protection)
+    p.add_argument("--data-transfer-protection", metavar=levels, default=None, type=_protection)
+    p.add_argument("--encrypt-data-transfer", action="store_true")
+    p.add_argument("--ticket-lifetime", metavar="SECONDS", type=int, default=None)
+    p.add_argument("--proxy-user", metavar="NAME", default=None,
+                   help="principal NAME may impersonate any user from 127.0.0.1")
     a = p.parse_args(argv)
+    secure_only = [a.rpc_protection != "authentication", a.data_transfer_protection, a.encrypt_data_transfer,
+                   a.ticket_lifetime, a.proxy_user]
+    if any(secure_only) and not a.kerberos:
+        p.error("security options need --kerberos")
     return ClusterOptions(
         datanodes=a.datanodes, block_size=a.block_size, replication=a.replication,
         checksum_type=a.checksum_type, bytes_per_checksum=a.bytes_per_checksum,
         ha=a.ha, block_tokens=a.block_tokens, permissions=a.permissions,
+        datanode_hostname=a.datanode_hostname, kerberos=a.kerberos, rpc_protection=a.rpc_protection,
+        data_transfer_protection=a.data_transfer_protection, encrypt_data_transfer=a.encrypt_data_transfer,
+        ticket_lifetime=a.ticket_lifetime, proxy_user=a.proxy_user,
     )
+
+
+def _protection(value: str) -> str:
+    levels = [v.strip() for v in value.split(",")]
+    if not levels or any(v not in ("authentication", "integrity", "privacy") for v in levels):
+        raise argparse.ArgumentTypeError(f"{value!r}: a comma list of authentication, integrity, privacy")
+    return ",".join(levels)
 
 
 def main(argv: list[str] | None = None) -> int:

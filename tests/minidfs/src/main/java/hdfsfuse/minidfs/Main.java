@@ -32,6 +32,7 @@ import org.apache.hadoop.hdfs.protocol.HdfsFileStatus;
 import org.apache.hadoop.hdfs.protocol.LocatedBlock;
 import org.apache.hadoop.hdfs.protocol.LocatedBlocks;
 import org.apache.hadoop.hdfs.server.datanode.DataNode;
+import org.apache.hadoop.hdfs.server.namenode.NameNode;
 import org.apache.hadoop.metrics2.MetricsRecordBuilder;
 import org.apache.hadoop.test.MetricsAsserts;
 
@@ -49,6 +50,7 @@ public final class Main {
   private final PrintStream out;
   private MiniDFSCluster cluster;
   private Configuration conf;
+  private Secure secure;
   private final Map<String, MiniDFSCluster.DataNodeProperties> stopped = new HashMap<>();
   private final Map<String, FSDataOutputStream> openWriters = new HashMap<>();
 
@@ -63,6 +65,13 @@ public final class Main {
     boolean permissions = false;
     String baseDir = "target/minidfs";
     String datanodeHostname = "127.0.0.1";
+    String resourceDir = null;
+    boolean kerberos = false;
+    String rpcProtection = "authentication";
+    String dataTransferProtection = null;
+    boolean encryptDataTransfer = false;
+    long ticketLifetime = 0;
+    String proxyUser = null;
 
     static Options parse(String[] args) {
       Options o = new Options();
@@ -80,6 +89,13 @@ public final class Main {
           case "--ha": o.ha = true; break;
           case "--block-tokens": o.blockTokens = true; break;
           case "--permissions": o.permissions = true; break;
+          case "--resource-dir": o.resourceDir = v; i++; break;
+          case "--kerberos": o.kerberos = true; break;
+          case "--rpc-protection": o.rpcProtection = protection(v); i++; break;
+          case "--data-transfer-protection": o.dataTransferProtection = protection(v); i++; break;
+          case "--encrypt-data-transfer": o.encryptDataTransfer = true; break;
+          case "--ticket-lifetime": o.ticketLifetime = Long.parseLong(v); i++; break;
+          case "--proxy-user": o.proxyUser = v; i++; break;
           default: throw new IllegalArgumentException("unknown launcher option: " + a);
         }
       }
@@ -87,7 +103,28 @@ public final class Main {
           && !o.checksumType.equals("NULL")) {
         throw new IllegalArgumentException("checksum type must be CRC32C, CRC32 or NULL");
       }
+      boolean secureOnly = o.dataTransferProtection != null || o.encryptDataTransfer
+          || o.ticketLifetime != 0 || o.proxyUser != null || !o.rpcProtection.equals("authentication");
+      if (secureOnly && !o.kerberos) {
+        throw new IllegalArgumentException("security options need --kerberos");
+      }
+      if (o.ticketLifetime < 0 || (o.ticketLifetime > 0 && o.ticketLifetime < 10)) {
+        throw new IllegalArgumentException("--ticket-lifetime must be at least 10 seconds");
+      }
+      if (o.kerberos && o.resourceDir == null) {
+        throw new IllegalArgumentException("--kerberos needs --resource-dir (a classpath directory)");
+      }
       return o;
+    }
+
+    /** A comma list of authentication, integrity and privacy (hadoop.rpc.protection's syntax). */
+    private static String protection(String v) {
+      for (String level : v.split(",")) {
+        if (!level.equals("authentication") && !level.equals("integrity") && !level.equals("privacy")) {
+          throw new IllegalArgumentException("protection must be authentication, integrity or privacy: " + v);
+        }
+      }
+      return v;
     }
   }
 
@@ -123,6 +160,10 @@ public final class Main {
 
   private void start() throws Exception {
     File base = new File(opts.baseDir).getAbsoluteFile();
+    if (opts.kerberos) {
+      secure = new Secure(opts, base);
+      secure.startKdc();  // before anything touches UGI: it sets java.security.krb5.conf
+    }
     conf = new Configuration();
     conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, base.getPath());
     conf.setLong("dfs.namenode.fs-limits.min-block-size", 1024);
@@ -144,6 +185,9 @@ public final class Main {
     conf.set("dfs.datanode.hostname", opts.datanodeHostname);
     // Keep a corrupt replica in place after it is reported, so tests can inspect it.
     conf.setInt("dfs.namenode.replication.interval", 3600);
+    if (secure != null) {
+      secure.configure(conf, new File(opts.resourceDir));
+    }
 
     MiniDFSCluster.Builder b = new MiniDFSCluster.Builder(conf).numDataNodes(opts.datanodes)
         .checkDataNodeHostConfig(true);  // keep our dfs.datanode.hostname
@@ -157,6 +201,9 @@ public final class Main {
       cluster.transitionToActive(0);
     }
     cluster.waitActive();
+    if (secure != null) {
+      secure.started(conf);
+    }
 
     File confDir = new File(base, "conf");
     confDir.mkdirs();
@@ -177,6 +224,9 @@ public final class Main {
     core.set("fs.defaultFS", fsUri());
     Configuration hdfs = new Configuration(false);
     hdfs.setLong("dfs.blocksize", opts.blockSize);
+    if (secure != null) {
+      secure.clientConf(core, hdfs);
+    }
     hdfs.setInt("dfs.replication", opts.replication);
     if (opts.ha) {
       hdfs.set("dfs.nameservices", NAMESERVICE);
@@ -215,13 +265,22 @@ public final class Main {
     for (int i = 0; i < nnCount; i++) {
       ObjectNode nn = nns.addObject();
       nn.put("rpc", nnRpc(i));
-      nn.put("http", "127.0.0.1:" + cluster.getNameNode(i).getHttpAddress().getPort());
+      NameNode node = cluster.getNameNode(i);
+      if (node.getHttpAddress() != null) {
+        nn.put("http", "127.0.0.1:" + node.getHttpAddress().getPort());
+      }
+      if (node.getHttpsAddress() != null) {
+        nn.put("https", "127.0.0.1:" + node.getHttpsAddress().getPort());
+      }
     }
     r.set("datanodes", datanodes());
     r.put("conf_dir", confDir.getPath());
     r.put("block_size", opts.blockSize);
     r.put("bytes_per_checksum", opts.bytesPerChecksum);
     r.put("checksum_type", opts.checksumType);
+    if (secure != null) {
+      secure.readyLine(r);
+    }
     return r;
   }
 
@@ -231,7 +290,12 @@ public final class Main {
       ObjectNode d = dns.addObject();
       d.put("xfer", "127.0.0.1:" + dn.getXferPort());
       d.put("ipc", "127.0.0.1:" + dn.getIpcPort());
-      d.put("http", "127.0.0.1:" + dn.getInfoPort());
+      if (dn.getInfoPort() > 0) {
+        d.put("http", "127.0.0.1:" + dn.getInfoPort());
+      }
+      if (dn.getInfoSecurePort() > 0) {
+        d.put("https", "127.0.0.1:" + dn.getInfoSecurePort());
+      }
     }
     return dns;
   }
@@ -418,10 +482,34 @@ public final class Main {
         }
         break;
       }
+      case "add_principal": {
+        requireSecure(name);
+        String principal = text(cmd, "name");
+        r.put("keytab", secure.addPrincipal(principal).getAbsolutePath());
+        r.put("principal", secure.principal(principal));
+        break;
+      }
+      case "delegation_token":
+        requireSecure(name);
+        secure.delegationToken(text(cmd, "user"), cmd.has("renewer") ? text(cmd, "renewer") : null,
+            text(cmd, "file"), cmd.has("format") && text(cmd, "format").equals("protobuf"),
+            new java.net.URI(fsUri()), conf, r);
+        break;
+      case "set_acl":
+        fs().modifyAclEntries(new Path(text(cmd, "path")),
+            org.apache.hadoop.fs.permission.AclEntry.parseAclSpec(text(cmd, "spec"), true));
+        break;
+      case "remove_acl": fs().removeAcl(new Path(text(cmd, "path"))); break;
       case "shutdown": break;
       default: throw new IllegalArgumentException("unknown command: " + name);
     }
     return r;
+  }
+
+  private void requireSecure(String cmd) {
+    if (secure == null) {
+      throw new IllegalStateException(cmd + " needs a secure cluster (--kerberos)");
+    }
   }
 
   private int activeNameNode() {
@@ -625,6 +713,9 @@ public final class Main {
     }
     if (cluster != null) {
       cluster.shutdown(true);
+    }
+    if (secure != null) {
+      secure.stop();
     }
   }
 }
