@@ -40,11 +40,13 @@ from hdfsfuse.errors import (
     NotSupported,
 )
 from hdfsfuse.hedging import HedgeTimer, Race
-from hdfsfuse.namenode import FileStatus, LocatedBlock, NameNodeClient
+from hdfsfuse.kerberos import KeytabLogin
+from hdfsfuse.namenode import FileStatus, LocatedBlock, NameNodeClient, resolve_user
 from hdfsfuse.planner import Piece, clamp
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.replicas import ReplicaPolicy
 from hdfsfuse.rpc import RpcConnection
+from hdfsfuse.security import Credentials, RpcAuth, SecurityOptions, keep_login_fresh
 from hdfsfuse.stats import Stats
 from hdfsfuse.wire import ProtocolError
 
@@ -58,6 +60,7 @@ HAS_EC = hdfs_pb2.HdfsFileStatusProto.HAS_EC
 @dataclasses.dataclass(frozen=True)
 class ClientOptions:
     user: str | None = None
+    security: SecurityOptions = dataclasses.field(default_factory=SecurityOptions)
     timeouts: Timeouts = dataclasses.field(default_factory=Timeouts)
     namenode_call_timeout: float = 20.0
     namenode_total_timeout: float = 60.0
@@ -148,12 +151,19 @@ class _Outcome:
     corrupt: list[hdfs_pb2.DatanodeInfoProto] = dataclasses.field(default_factory=list)
 
 
+def _login(target: NameNodeTarget, options: ClientOptions) -> tuple[Credentials, RpcAuth]:
+    """The mount's credentials and its NameNode recipe (blocking: may talk to the KDC and DNS)."""
+    credentials = Credentials.choose(target.settings, options.security, resolve_user(options.user))
+    return credentials, credentials.namenode_auth(target)
+
+
 class HdfsClient:
     def __init__(
         self, namenode: NameNodeClient, *, nursery: trio.Nursery, options: ClientOptions | None = None,
         stats: Stats | None = None, settings: ClusterSettings | None = None,
     ) -> None:
         self.namenode = namenode
+        self.credentials: Credentials | None = None
         self.options = options or ClientOptions()
         self.stats = stats or Stats()
         self.settings = settings or ClusterSettings()
@@ -183,14 +193,18 @@ class HdfsClient:
         cls, target: NameNodeTarget, *, options: ClientOptions | None = None, stats: Stats | None = None,
     ) -> AsyncIterator[HdfsClient]:
         opts = options or ClientOptions()
+        credentials, auth = await trio.to_thread.run_sync(_login, target, opts, abandon_on_cancel=True)
         async with NameNodeClient.open(
-            target, user=opts.user, call_timeout=opts.namenode_call_timeout,
+            target, auth=auth, call_timeout=opts.namenode_call_timeout,
             total_timeout=opts.namenode_total_timeout, connect_timeout=opts.namenode_connect_timeout,
         ) as namenode:
             try:
                 async with trio.open_nursery() as nursery:
                     client = cls(namenode, nursery=nursery, options=opts, stats=stats, settings=target.settings)
+                    client.credentials = credentials
                     nursery.start_soon(client.pool.reap_forever)
+                    if isinstance(credentials.login, KeytabLogin):
+                        nursery.start_soon(keep_login_fresh, credentials.login)
                     try:
                         yield client
                     finally:
@@ -307,9 +321,9 @@ class HdfsClient:
         for loc in last.locs:
             # With block tokens on, ClientDatanodeProtocol authenticates with the block token (SASL).
             conn = RpcConnection(
-                loc.id.ipAddr, loc.id.ipcPort, user=self.namenode.user, nursery=self._nursery,
+                loc.id.ipAddr, loc.id.ipcPort, nursery=self._nursery,
+                auth=RpcAuth(self.namenode.user, token=last.blockToken if last.blockToken.identifier else None),
                 protocol=ipc.DATANODE_PROTOCOL, connect_timeout=self.options.timeouts.connect,
-                token=last.blockToken if last.blockToken.identifier else None,
             )
             try:
                 body = await conn.call(

@@ -79,12 +79,26 @@ class ClusterSettings:
 
     data_transfer_protection: str = ""  # dfs.data.transfer.protection: SASL on DataNode connections
     use_datanode_hostname: bool = False  # dfs.client.use.datanode.hostname: connect by name, not IP
+    kerberos: bool = False  # hadoop.security.authentication=kerberos
+    rpc_protection: str = ""  # hadoop.rpc.protection ("" = not configured)
+    namenode_principal: str = ""  # dfs.namenode.kerberos.principal, maybe with _HOST
+    fallback_to_simple: bool = False  # ipc.client.fallback-to-simple-auth-allowed
 
     @classmethod
     def from_conf(cls, conf: dict[str, str]) -> ClusterSettings:
+        def flag(key: str) -> bool:
+            return conf.get(key, "").strip().lower() == "true"
+
+        authentication = conf.get("hadoop.security.authentication", "simple").strip().lower() or "simple"
+        if authentication not in ("simple", "kerberos"):
+            raise ConfigError(f"hadoop.security.authentication={authentication!r}: must be simple or kerberos")
         return cls(
             data_transfer_protection=conf.get("dfs.data.transfer.protection", "").strip(),
-            use_datanode_hostname=conf.get("dfs.client.use.datanode.hostname", "").strip().lower() == "true",
+            use_datanode_hostname=flag("dfs.client.use.datanode.hostname"),
+            kerberos=authentication == "kerberos",
+            rpc_protection=conf.get("hadoop.rpc.protection", "").strip(),
+            namenode_principal=conf.get("dfs.namenode.kerberos.principal", "").strip(),
+            fallback_to_simple=flag("ipc.client.fallback-to-simple-auth-allowed"),
         )
 
 

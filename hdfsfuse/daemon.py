@@ -30,6 +30,7 @@ from hdfsfuse.datanode import Timeouts
 from hdfsfuse.errors import ConfigError
 from hdfsfuse.fs import HdfsOperations
 from hdfsfuse.options import MountOptions
+from hdfsfuse.security import SecurityOptions
 from hdfsfuse.stats import Stats, prometheus
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,8 @@ def notify_systemd(message: str) -> None:
 def client_options(options: MountOptions) -> ClientOptions:
     return ClientOptions(
         user=options.user,
+        security=SecurityOptions(user=options.user, keytab=options.keytab, principal=options.principal,
+                                 token_file=options.token_file, identity=options.identity),
         timeouts=Timeouts(connect=options.connect_timeout, read=options.read_timeout, total=options.total_timeout),
         namenode_total_timeout=options.namenode_timeout,
         namenode_call_timeout=min(20.0, options.namenode_timeout),

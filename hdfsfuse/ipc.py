@@ -20,16 +20,25 @@ Every frame after it, in both directions:
               RequestHeaderProto + the method's request message (callId >= 0)
     response: RpcResponseHeaderProto, then the response message on SUCCESS only
 
-Token authentication (DataNode IPC with a block token) puts a SASL exchange before the
-context: the preamble ends in 0xDF instead of 0x00, and RpcSaslProto frames (callId -33)
-go both ways: NEGOTIATE ->, <- NEGOTIATE (auths, DIGEST-MD5 challenge), INITIATE (response)
-->, <- SUCCESS (rspauth). The context then carries no user: the token names it.
+SASL authentication (Kerberos, or a delegation or block token) puts an exchange before the
+context: the preamble ends in 0xDF instead of 0x00, and RpcSaslProto frames (callId -33) go
+both ways: NEGOTIATE ->, <- NEGOTIATE (the server's methods), INITIATE ->, then CHALLENGE /
+RESPONSE rounds until <- SUCCESS. The mechanisms are in `hdfsfuse.sasl` and `hdfsfuse.kerberos`.
+
+With an integrity or privacy layer (hadoop.rpc.protection), every later byte travels inside
+WRAP frames, both ways. The client's plaintext is the ordinary frame stream, cut anywhere;
+each server WRAP token is one whole response frame:
+
+    +----------+-------------------------+--------------------------------------------+
+    | u32 LEN  | header (callId -33)     | RpcSaslProto{state WRAP, token=wrap(bytes)} |
+    +----------+-------------------------+--------------------------------------------+
 """
 
 from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Callable
 
 from google.protobuf.message import DecodeError
 
@@ -44,6 +53,8 @@ DATANODE_PROTOCOL = "org.apache.hadoop.hdfs.protocol.ClientDatanodeProtocol"
 PROTOCOL_VERSION = 1
 CONNECTION_CONTEXT_CALL_ID = -3
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+WRAP_CHUNK = 60000  # plaintext bytes per outgoing WRAP frame: under any peer's 64 KiB buffer
+WRAP_OVERHEAD = 64 * 1024  # what a layer may add to a response frame
 
 SUCCESS = rpc_pb2.RpcResponseHeaderProto.SUCCESS
 ERROR = rpc_pb2.RpcResponseHeaderProto.ERROR
@@ -83,6 +94,14 @@ def encode_context(client_id: bytes, user: str | None, protocol: str = CLIENT_PR
 def encode_sasl(message: rpc_pb2.RpcSaslProto) -> bytes:
     """One SASL frame (callId -33)."""
     return _frame(_request_header(SASL_CALL_ID, b"", -1), message.SerializeToString())
+
+
+def encode_wrapped(data: bytes, wrap: Callable[[bytes], bytes]) -> bytes:
+    """Outgoing bytes through a SASL layer, as WRAP frames of at most WRAP_CHUNK plaintext bytes."""
+    return b"".join(
+        encode_sasl(rpc_pb2.RpcSaslProto(state=rpc_pb2.RpcSaslProto.WRAP, token=wrap(data[i : i + WRAP_CHUNK])))
+        for i in range(0, len(data), WRAP_CHUNK)
+    )
 
 
 def encode_call(
@@ -183,3 +202,43 @@ def _parse_frame(frame: memoryview) -> RpcResponse:
         error_msg=header.errorMsg,
         error_detail=header.errorDetail,
     )
+
+
+class UnwrappingReader:
+    """Responses behind a SASL layer: each frame is a WRAP whose token unwraps to response bytes.
+
+    A plain error frame (the server failing before it could wrap) passes through as it is.
+    """
+
+    def __init__(self, unwrap: Callable[[bytes], bytes], max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self._outer = ResponseReader(max_frame + WRAP_OVERHEAD)
+        self._inner = ResponseReader(max_frame)
+        self._unwrap = unwrap
+
+    def feed(self, data: bytes) -> None:
+        self._outer.feed(data)
+
+    @property
+    def buffered(self) -> int:
+        return self._outer.buffered + self._inner.buffered
+
+    def next_response(self) -> RpcResponse | _NeedDataType:
+        while True:
+            response = self._inner.next_response()
+            if response is not NEED_DATA:
+                return response
+            outer = self._outer.next_response()
+            if outer is NEED_DATA:
+                return NEED_DATA
+            assert isinstance(outer, RpcResponse)
+            if outer.status != SUCCESS:
+                return outer
+            if outer.call_id != SASL_CALL_ID or outer.body is None:
+                raise ProtocolError(f"an unwrapped response (call id {outer.call_id}) under a SASL layer")
+            try:
+                message = rpc_pb2.RpcSaslProto.FromString(outer.body)
+            except DecodeError as e:
+                raise ProtocolError(f"bad SASL frame: {e}") from None
+            if message.state != rpc_pb2.RpcSaslProto.WRAP:
+                raise ProtocolError(f"SASL state {message.state} after authentication (expected WRAP)")
+            self._inner.feed(self._unwrap(message.token))

@@ -37,6 +37,7 @@ from hdfsfuse.errors import (
 )
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.rpc import RpcConnection
+from hdfsfuse.security import RpcAuth
 from hdfsfuse.wire import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -64,16 +65,18 @@ class NameNodeClient:
         *,
         nursery: trio.Nursery,
         user: str | None = None,
+        auth: RpcAuth | None = None,
         call_timeout: float = 20.0,
         total_timeout: float = 60.0,
         connect_timeout: float = 5.0,
     ) -> None:
         self.target = target
-        self.user = resolve_user(user)
+        self.auth = auth or RpcAuth(resolve_user(user))
+        self.user = self.auth.user
         self.call_timeout = call_timeout
         self.total_timeout = total_timeout
         self._conns = [
-            RpcConnection(host, port, user=self.user, nursery=nursery, connect_timeout=connect_timeout)
+            RpcConnection(host, port, auth=self.auth, nursery=nursery, connect_timeout=connect_timeout)
             for host, port in target.addresses
         ]
         self._active = 0

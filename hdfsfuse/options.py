@@ -38,6 +38,10 @@ class MountOptions:
     gid: int | None = None
     user: str | None = None  # the HDFS user name (default: $HADOOP_USER_NAME, else the login name)
     hadoop_conf: str | None = None
+    keytab: str | None = None  # with principal: log in from this keytab (a Kerberos cluster)
+    principal: str | None = None
+    token_file: str | None = None  # a delegation-token file (default: $HADOOP_TOKEN_FILE_LOCATION)
+    identity: str = "mount"  # mount | caller | ticket_cache: whose HDFS identity a request runs as
     entry_timeout: float = 5.0
     attr_timeout: float = 5.0
     negative_timeout: float = 2.0
@@ -62,8 +66,13 @@ class MountOptions:
     def fuse_options(self, source: str) -> set[str]:
         """The option set handed to pyfuse3.init / libfuse."""
         opts = {"ro", "nosuid", "nodev", f"fsname={self.fsname or source}", "subtype=hdfsfuse"}
-        if self.allow_other:
+        if self.allow_other and self.identity == "mount":
             opts |= {"allow_other", "default_permissions"}
+        elif self.allow_other:
+            # Each request runs as its caller: the NameNode checks permissions and ACLs itself.
+            opts.add("allow_other")
+            if self.default_permissions:
+                opts.add("default_permissions")
         elif self.default_permissions:
             opts.add("default_permissions")
         opts |= set(self.passthrough)
@@ -130,6 +139,12 @@ Mount options (-o a,b=c):
   uid=N,gid=N            owner for HDFS users and groups with no local account (default: yours)
   user=NAME              HDFS user name (default: $HADOOP_USER_NAME, else your login name)
   hadoop_conf=DIR        directory with core-site.xml and hdfs-site.xml (default: $HADOOP_CONF_DIR)
+  keytab=FILE,principal=NAME   Kerberos: log in from this keytab (kept in memory, renewed)
+                         (default: your ticket cache, $KRB5CCNAME, then a delegation-token file)
+  token_file=FILE        Hadoop delegation-token file (default: $HADOOP_TOKEN_FILE_LOCATION)
+  identity=MODE          whose HDFS identity each request runs as, with allow_other: mount (the
+                         default: everyone is the mount), caller (the mount's principal acts for
+                         each local user: a proxy user), ticket_cache (each caller's own tickets)
   entry_timeout=S        kernel name cache, seconds (default 5)
   attr_timeout=S         kernel attribute cache, seconds (default 5)
   negative_timeout=S     cache of missing names, seconds (default 2)
@@ -164,6 +179,10 @@ def parse_options(option_strings: list[str]) -> MountOptions:
             if not item:
                 continue
             _apply(opts, item)
+    if (opts.keytab is None) != (opts.principal is None):
+        raise ConfigError("options keytab and principal go together: -o keytab=FILE,principal=NAME")
+    if opts.identity != "mount" and not opts.allow_other:
+        raise ConfigError(f"option identity={opts.identity} needs allow_other (other users must reach the mount)")
     if opts.readahead_max > opts.readahead_total:
         raise ConfigError("option readahead_max must not exceed readahead_total")
     return opts
@@ -195,6 +214,16 @@ def _apply(opts: MountOptions, item: str) -> None:
         opts.user = value
     elif name == "hadoop_conf":
         opts.hadoop_conf = value
+    elif name in ("keytab", "token_file"):
+        setattr(opts, name, value)
+    elif name == "principal":
+        if not re.fullmatch(r"[A-Za-z0-9_.$-]+(/[A-Za-z0-9_.-]+)?(@[A-Za-z0-9_.-]+)?", value):
+            raise ConfigError(f"option principal: {value!r} is not a Kerberos principal (name[/host][@REALM])")
+        opts.principal = value
+    elif name == "identity":
+        if value not in ("mount", "caller", "ticket_cache"):
+            raise ConfigError(f"option identity: {value!r} must be mount, caller or ticket_cache")
+        opts.identity = value
     elif name in ("readahead_max", "readahead_total"):
         setattr(opts, name, _size(value, name))
     elif name == "read_ahead_kb":

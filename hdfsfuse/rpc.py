@@ -8,9 +8,11 @@ framing lives in `hdfsfuse.ipc`; failover and retries live in `hdfsfuse.namenode
 - Every call has a deadline. A call cancelled mid-send closes the connection, because a
   partial frame would corrupt the stream.
 - EOF, a reset or a FATAL frame fails every waiting call; the next call reconnects.
-- With a token (DataNode IPC and block tokens), the connection first authenticates with SASL
-  DIGEST-MD5 (`_authenticate`, bounded by the connect timeout); the pure parts are in
-  `hdfsfuse.sasl` and `hdfsfuse.ipc`.
+- With SASL (`RpcAuth` from `hdfsfuse.security`: Kerberos, or a delegation or block token),
+  the connection first authenticates (`_authenticate`, bounded by the connect timeout), then
+  runs every frame through the negotiated integrity or privacy layer, if any. Blocking
+  Kerberos steps run in threads. The mechanisms live in `hdfsfuse.sasl` and
+  `hdfsfuse.kerberos`.
 - `aclose()` is safe under cancellation.
 """
 
@@ -18,13 +20,17 @@ from __future__ import annotations
 
 import itertools
 import logging
+import random
 import uuid
+from typing import Protocol
 
 import trio
 
 from hdfsfuse import ipc, sasl
-from hdfsfuse.errors import ConnectionLost, HdfsError, RpcTimeout, from_remote
+from hdfsfuse.errors import AuthenticationRequired, ConnectionLost, HdfsError, RpcTimeout, from_remote
+from hdfsfuse.kerberos import GssapiMechanism
 from hdfsfuse.proto import rpc_pb2
+from hdfsfuse.security import RpcAuth, canonical_hostname, expand_principal
 from hdfsfuse.wire import NEED_DATA, ProtocolError
 
 log = logging.getLogger(__name__)
@@ -41,6 +47,23 @@ class _Slot:
         self.error: HdfsError | None = None
 
 
+class Layer(Protocol):
+    def wrap(self, data: bytes) -> bytes: ...
+    def unwrap(self, token: bytes) -> bytes: ...
+
+
+class Mechanism(Protocol):
+    layer: Layer | None
+
+    def start(self) -> bytes: ...
+    def evaluate(self, challenge: bytes) -> bytes: ...
+    def finish(self, token: bytes) -> None: ...
+
+
+class SaslRefused(AuthenticationRequired):
+    """The server refused our credentials during SASL (worth one fresh attempt)."""
+
+
 class _Link:
     """One live socket plus the calls waiting on it."""
 
@@ -48,6 +71,10 @@ class _Link:
         self.stream = stream
         self.pending: dict[int, _Slot] = {}
         self.dead: HdfsError | None = None
+        self.layer: Layer | None = None
+
+    def encode(self, frame: bytes) -> bytes:
+        return frame if self.layer is None else ipc.encode_wrapped(frame, self.layer.wrap)
 
     def fail_all(self, error: HdfsError) -> None:
         if self.dead is None:
@@ -65,22 +92,21 @@ class RpcConnection:
         host: str,
         port: int,
         *,
-        user: str,
+        auth: RpcAuth,
         nursery: trio.Nursery,
         protocol: str = ipc.CLIENT_PROTOCOL,
         client_id: bytes | None = None,
         connect_timeout: float = 10.0,
         max_frame: int = ipc.DEFAULT_MAX_FRAME,
-        token: rpc_pb2.TokenProto | None = None,
     ) -> None:
         self.host = host
         self.port = port
-        self.user = user
+        self.auth = auth
         self.protocol = protocol
         self.client_id = client_id or uuid.uuid4().bytes
         self.connect_timeout = connect_timeout
         self.max_frame = max_frame
-        self.token = token
+        self.qop = ""  # the negotiated SASL quality of protection ("" = SIMPLE)
         self._nursery = nursery
         self._link: _Link | None = None
         self._connect_lock = trio.Lock()
@@ -93,6 +119,10 @@ class RpcConnection:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def user(self) -> str:
+        return self.auth.user
+
     async def _connected(self) -> _Link:
         async with self._connect_lock:
             if self._closed:
@@ -101,37 +131,49 @@ class RpcConnection:
             if link is not None and link.dead is None:
                 return link
             try:
-                with trio.fail_after(self.connect_timeout):
-                    stream = await trio.open_tcp_stream(self.host, self.port)
-            except trio.TooSlowError:
-                raise ConnectionLost(
-                    f"connecting to {self.address} timed out after {self.connect_timeout:g}s"
-                ) from None
-            except OSError as e:
-                raise ConnectionLost(f"cannot connect to {self.address}: {e.strerror or e}") from None
-            link = _Link(stream)
-            try:
-                # No reply comes for the context; the first call's reply proves the handshake.
-                if self.token is None:
-                    await stream.send_all(ipc.encode_handshake(self.client_id, self.user, self.protocol))
-                else:
-                    with trio.fail_after(self.connect_timeout):
-                        user = await self._authenticate(stream, self.token)
-                    await stream.send_all(ipc.encode_context(self.client_id, user, self.protocol))
-            except trio.TooSlowError:
-                await trio.aclose_forcefully(stream)
-                raise ConnectionLost(f"SASL with {self.address} took longer than {self.connect_timeout:g}s") from None
-            except BaseException:
-                await trio.aclose_forcefully(stream)
-                raise
+                link = await self._dial()
+            except SaslRefused as e:
+                # As Java does for refused SASL (a replayed authenticator, a ticket that just
+                # expired): once more, on a new connection with freshly acquired credentials.
+                log.info("RPC %s: %s; retrying once with fresh credentials", self.address, e)
+                await trio.sleep(random.uniform(0.05, 0.3))
+                link = await self._dial()
             self._link = link
             self.connects += 1
             self._nursery.start_soon(self._reader, link)
             return link
 
-    async def _authenticate(self, stream: trio.SocketStream, token: rpc_pb2.TokenProto) -> str | None:
-        """SASL TOKEN/DIGEST-MD5 before the context; the user to put in the context (None for a token)."""
+    async def _dial(self) -> _Link:
+        """A new connection, authenticated, with its context sent."""
+        try:
+            with trio.fail_after(self.connect_timeout):
+                stream = await trio.open_tcp_stream(self.host, self.port)
+        except trio.TooSlowError:
+            raise ConnectionLost(f"connecting to {self.address} timed out after {self.connect_timeout:g}s") from None
+        except OSError as e:
+            raise ConnectionLost(f"cannot connect to {self.address}: {e.strerror or e}") from None
+        link = _Link(stream)
+        try:
+            # No reply comes for the context; the first call's reply proves the handshake.
+            if not self.auth.sasl:
+                await stream.send_all(ipc.encode_handshake(self.client_id, self.auth.user, self.protocol))
+            else:
+                with trio.fail_after(self.connect_timeout):
+                    user, link.layer = await self._negotiate(stream)
+                await stream.send_all(link.encode(ipc.encode_context(self.client_id, user, self.protocol)))
+        except trio.TooSlowError:
+            await trio.aclose_forcefully(stream)
+            raise ConnectionLost(f"SASL with {self.address} took longer than {self.connect_timeout:g}s") from None
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+        return link
+
+    async def _negotiate(self, stream: trio.SocketStream) -> tuple[str | None, Layer | None]:
+        """SASL before the context: (the user the context names, the negotiated layer)."""
+        auth = self.auth
         reader = ipc.ResponseReader(self.max_frame)
+        who = auth.description
 
         async def receive() -> rpc_pb2.RpcSaslProto:
             while True:
@@ -144,36 +186,97 @@ class RpcConnection:
                 reader.feed(data)
             assert isinstance(resp, ipc.RpcResponse)
             if resp.fatal or resp.body is None:
-                raise from_remote(resp.exception_class, resp.error_msg)
+                error = from_remote(resp.exception_class, resp.error_msg)
+                if isinstance(error, AuthenticationRequired):
+                    raise error
+                raise SaslRefused(f"{self.address} refused authentication with {who}: {resp.first_line or error}")
             if resp.call_id != ipc.SASL_CALL_ID:
                 raise ProtocolError(f"{self.address} answered SASL with call id {resp.call_id}")
             return rpc_pb2.RpcSaslProto.FromString(resp.body)
 
-        await stream.send_all(ipc.SASL_PREAMBLE + ipc.encode_sasl(rpc_pb2.RpcSaslProto(state=SaslState.NEGOTIATE)))
+        async def send(state: int, token: bytes | None = None, auths: list[rpc_pb2.RpcSaslProto.SaslAuth] = ()) -> None:
+            message = rpc_pb2.RpcSaslProto(state=state, auths=auths)
+            if token is not None:
+                message.token = token  # present even when empty: the server requires the field
+            await stream.send_all(ipc.encode_sasl(message))
+
+        await stream.send_all(ipc.SASL_PREAMBLE)
+        await send(SaslState.NEGOTIATE)
         offer = await receive()
         if offer.state == SaslState.SUCCESS:  # the server only does SIMPLE: it switched
-            return self.user
-        chosen = next((a for a in offer.auths if a.method == "TOKEN" and a.mechanism == "DIGEST-MD5"), None)
-        if offer.state != SaslState.NEGOTIATE or chosen is None:
-            methods = ", ".join(f"{a.method}/{a.mechanism}" for a in offer.auths) or "none"
-            raise sasl.SaslError(f"{self.address} offers no token authentication (offers {methods})")
-        digest = sasl.DigestMd5Client(*sasl.token_credentials(token.identifier, token.password),
-                                      protocol=chosen.protocol, server=chosen.serverId)
+            return auth.user, None
+        if offer.state != SaslState.NEGOTIATE:
+            raise ProtocolError(f"{self.address} answered NEGOTIATE with SASL state {offer.state}")
+        chosen = self._choose(offer.auths)
         echo = rpc_pb2.RpcSaslProto.SaslAuth()
         echo.CopyFrom(chosen)
-        echo.ClearField("challenge")
-        initiate = rpc_pb2.RpcSaslProto(state=SaslState.INITIATE, token=digest.respond(chosen.challenge), auths=[echo])
-        await stream.send_all(ipc.encode_sasl(initiate))
-        done = await receive()
-        if done.state != SaslState.SUCCESS:
-            raise sasl.SaslError(f"{self.address} did not accept the token (SASL state {done.state})")
-        digest.verify(done.token)
+        echo.ClearField("challenge")  # echoed exactly as offered, minus the challenge
+        if chosen.method == "SIMPLE":
+            await send(SaslState.INITIATE, auths=[echo])  # the server switches without a reply
+            return auth.user, None
+        mechanism: Mechanism
+        if chosen.method == "TOKEN":
+            assert auth.token is not None
+            mechanism = sasl.DigestMechanism(auth.token.identifier, auth.token.password, protocol=chosen.protocol,
+                                             server=chosen.serverId, challenge=chosen.challenge, peer=self.address)
+            first = mechanism.start()
+        else:
+            assert auth.kerberos is not None
+            target = await self._service_principal(chosen)
+            gss = GssapiMechanism(auth.kerberos, target, auth.qops, self.address)
+            first = await trio.to_thread.run_sync(gss.start, abandon_on_cancel=True)
+            mechanism = gss
+        await send(SaslState.INITIATE, first, [echo])
+        while True:
+            reply = await receive()
+            if reply.state == SaslState.SUCCESS:
+                mechanism.finish(reply.token)
+                break
+            if reply.state != SaslState.CHALLENGE:
+                raise ProtocolError(f"{self.address} sent SASL state {reply.state} during {chosen.method}")
+            await send(SaslState.RESPONSE, mechanism.evaluate(reply.token))
         if reader.buffered:
             raise ProtocolError(f"{self.address} sent data after SASL success")
-        return None
+        self.qop = getattr(mechanism, "qop", "") or "auth"
+        # Kerberos: the principal names us, unless we act for someone (a proxy user).
+        # Tokens name their owner. Either way a differing name would be refused.
+        user = auth.user if chosen.method == "KERBEROS" and auth.proxy else None
+        return user, mechanism.layer
+
+    def _choose(self, offered: list[rpc_pb2.RpcSaslProto.SaslAuth]) -> rpc_pb2.RpcSaslProto.SaslAuth:
+        """The first method, in the server's order, that we hold credentials for."""
+        auth = self.auth
+        for entry in offered:
+            if entry.method == "TOKEN" and entry.mechanism == "DIGEST-MD5" and auth.token is not None:
+                return entry
+            if entry.method == "KERBEROS" and entry.mechanism == "GSSAPI" and auth.kerberos is not None:
+                return entry
+            if entry.method == "SIMPLE" and auth.simple_fallback:
+                return entry
+        methods = ", ".join(f"{a.method}/{a.mechanism}" for a in offered) or "nothing"
+        if any(a.method == "SIMPLE" for a in offered):
+            raise AuthenticationRequired(
+                f"{self.address} asks to fall back to SIMPLE authentication, which "
+                "ipc.client.fallback-to-simple-auth-allowed does not allow"
+            )
+        raise AuthenticationRequired(f"{self.address} accepts {methods}; hdfsfuse holds {auth.description}")
+
+    async def _service_principal(self, chosen: rpc_pb2.RpcSaslProto.SaslAuth) -> str:
+        """The principal to ask the KDC for: the configured one (with _HOST filled in), else
+        the one the server advertises (protocol/serverId in the default realm)."""
+        template = self.auth.principal
+        if not template:
+            return f"{chosen.protocol}/{chosen.serverId}"
+        if "_HOST" not in template:
+            return template
+        host = await trio.to_thread.run_sync(canonical_hostname, self.host, abandon_on_cancel=True)
+        return expand_principal(template, host)
 
     async def _reader(self, link: _Link) -> None:
-        reader = ipc.ResponseReader(self.max_frame)
+        reader: ipc.ResponseReader | ipc.UnwrappingReader = (
+            ipc.ResponseReader(self.max_frame) if link.layer is None
+            else ipc.UnwrappingReader(link.layer.unwrap, self.max_frame)
+        )
         error: HdfsError = ConnectionLost(f"connection to {self.address} closed")
         try:
             while True:
@@ -199,7 +302,7 @@ class RpcConnection:
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(link.stream)
 
-    def _dispatch(self, link: _Link, reader: ipc.ResponseReader) -> HdfsError | None:
+    def _dispatch(self, link: _Link, reader: ipc.ResponseReader | ipc.UnwrappingReader) -> HdfsError | None:
         """Route every complete response; return an error if the server sent FATAL."""
         while True:
             resp = reader.next_response()
@@ -226,7 +329,7 @@ class RpcConnection:
             with trio.fail_after(timeout):
                 link = await self._connected()
                 call_id = next(self._call_ids) & 0x7FFFFFFF
-                frame = ipc.encode_call(call_id, self.client_id, method, request, self.protocol)
+                frame = link.encode(ipc.encode_call(call_id, self.client_id, method, request, self.protocol))
                 link.pending[call_id] = slot
                 async with self._send_lock:
                     try:

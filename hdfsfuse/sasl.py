@@ -13,7 +13,14 @@ realm is `default` and the digest-uri `/default`.
     A1 = MD5(user ":" realm ":" password) ":" nonce ":" cnonce        (MD5 raw, 16 bytes)
     A2 = "AUTHENTICATE:" digest-uri   (for H; the server's H' uses ":" digest-uri)
 
-Only the `auth` quality of protection is spoken here (no integrity or privacy layer).
+DIGEST-MD5 speaks only the `auth` quality of protection here. Kerberos (GSSAPI, RFC 4752)
+negotiates its layer after the context is set up; `gss_layer_reply` is that choice:
+
+    server offer   [bits: 1 none | 2 integrity | 4 privacy][3-byte BE max receive buffer]
+    client reply   [one chosen bit][3-byte BE max receive buffer]   (both sent gss_wrap'ed)
+
+Hadoop's `hadoop.rpc.protection` names map to SASL QOPs: authentication -> auth, integrity ->
+auth-int, privacy -> auth-conf.
 """
 
 from __future__ import annotations
@@ -28,6 +35,45 @@ from hdfsfuse.errors import AuthenticationRequired
 
 class SaslError(AuthenticationRequired):
     """The SASL exchange failed or the peer could not prove itself."""
+
+
+PROTECTION_QOPS = {"authentication": "auth", "integrity": "auth-int", "privacy": "auth-conf"}
+QOP_NAMES = {qop: name for name, qop in PROTECTION_QOPS.items()}
+QOP_BITS = {"auth": 0x01, "auth-int": 0x02, "auth-conf": 0x04}
+RECEIVE_MAX = 65536  # what this client advertises it can receive in one wrapped token
+
+
+def parse_protection(value: str, key: str = "hadoop.rpc.protection") -> tuple[str, ...]:
+    """`privacy,integrity` -> ("auth-conf", "auth-int"), in the configured order."""
+    levels = [v.strip().lower() for v in value.split(",") if v.strip()]
+    if not levels or any(v not in PROTECTION_QOPS for v in levels):
+        raise SaslError(f"{key}={value!r}: must be a list of authentication, integrity and privacy")
+    return tuple(PROTECTION_QOPS[v] for v in levels)
+
+
+def choose_qop(offered: list[str], wanted: tuple[str, ...] | None, peer: str) -> str:
+    """The client's first wanted QOP the server offers; with nothing configured, the strongest."""
+    if wanted is None:
+        for qop in ("auth-conf", "auth-int", "auth"):
+            if qop in offered:
+                return qop
+    else:
+        for qop in wanted:
+            if qop in offered:
+                return qop
+    have = ",".join(QOP_NAMES.get(q, q) for q in offered) or "nothing"
+    want = ",".join(QOP_NAMES[q] for q in wanted) if wanted else "any"
+    raise SaslError(f"{peer} requires RPC protection {have}, but hadoop.rpc.protection here is {want}")
+
+
+def gss_layer_reply(offer: bytes, wanted: tuple[str, ...] | None, peer: str) -> tuple[str, bytes]:
+    """(chosen QOP, the 4-byte reply) for a GSSAPI server's 4-byte security-layer offer."""
+    if len(offer) != 4:
+        raise SaslError(f"{peer} sent a {len(offer)}-byte GSSAPI security-layer offer (expected 4)")
+    offered = [qop for qop, bit in QOP_BITS.items() if offer[0] & bit]
+    qop = choose_qop(offered, wanted, peer)
+    size = b"\x00\x00\x00" if qop == "auth" else RECEIVE_MAX.to_bytes(3, "big")
+    return qop, bytes([QOP_BITS[qop]]) + size
 
 
 def token_credentials(identifier: bytes, password: bytes) -> tuple[str, str]:
@@ -129,3 +175,26 @@ class DigestMd5Client:
         got = parse_directives(success).get("rspauth", "")
         if not hmac.compare_digest(got, self._expected_rspauth):
             raise SaslError("the server's DIGEST-MD5 rspauth does not match: it does not know the token")
+
+
+class DigestMechanism:
+    """SASL TOKEN: DIGEST-MD5 with a Hadoop token, in the shape `hdfsfuse.rpc` drives."""
+
+    method = "TOKEN"
+    mechanism = "DIGEST-MD5"
+    layer = None
+
+    def __init__(self, identifier: bytes, password: bytes, *, protocol: str, server: str,
+                 challenge: bytes, peer: str) -> None:
+        self._client = DigestMd5Client(*token_credentials(identifier, password), protocol=protocol, server=server)
+        self._challenge = challenge
+        self.peer = peer
+
+    def start(self) -> bytes:
+        return self._client.respond(self._challenge)
+
+    def evaluate(self, challenge: bytes) -> bytes:
+        raise SaslError(f"{self.peer} sent a second DIGEST-MD5 challenge")
+
+    def finish(self, token: bytes) -> None:
+        self._client.verify(token)
