@@ -217,8 +217,10 @@ class RpcConnection:
         mechanism: Mechanism
         if chosen.method == "TOKEN":
             assert auth.token is not None
-            mechanism = sasl.DigestMechanism(auth.token.identifier, auth.token.password, protocol=chosen.protocol,
-                                             server=chosen.serverId, challenge=chosen.challenge, peer=self.address)
+            mechanism = sasl.DigestMechanism(
+                auth.token.identifier, auth.token.password, protocol=chosen.protocol, server=chosen.serverId,
+                challenge=chosen.challenge, peer=self.address, wanted=auth.qops,
+            )
             first = mechanism.start()
         else:
             assert auth.kerberos is not None

@@ -34,7 +34,7 @@ def test_hadoop_token_credentials_and_digest_uri() -> None:
 @pytest.mark.parametrize(
     ("challenge", "message"),
     [(b'realm="r",qop="auth",algorithm=md5-sess', "nonce"),
-     (b'nonce="n",qop="auth-conf",algorithm=md5-sess', "quality of protection"),
+     (b'nonce="n",qop="auth-conf",algorithm=md5-sess', "requires RPC protection privacy"),
      (b'nonce="n",qop="auth",algorithm=md5', "algorithm"),
      (b'nonce="n', "unterminated"), (b"garbage", "malformed")],
 )
