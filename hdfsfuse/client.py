@@ -113,6 +113,7 @@ class HdfsFile:
         self.length_unknown = ""  # why the readable length of a block being written is unknown
         self.opened = False
         self.dead: dict[int, set[str]] = {}  # block start -> DataNodes that failed reading it
+        self.namenode: NameNodeClient | None = None  # the opener's identity (None: the client's own)
         self._plans: dict[int, BlockPlan] = {}
 
     @property
@@ -217,10 +218,15 @@ class HdfsClient:
 
     # ----- opening files --------------------------------------------------------------------------
 
-    async def open(self, path: str, *, file_id: int = 0) -> HdfsFile:
-        """Open a file by path, or (with `file_id`) exactly the file with that inode id."""
+    async def open(self, path: str, *, file_id: int = 0, namenode: NameNodeClient | None = None) -> HdfsFile:
+        """Open a file by path, or (with `file_id`) exactly the file with that inode id.
+
+        `namenode`: the connection of the identity opening it (per-caller identity); the file
+        keeps using it, so its locations and block tokens are always fetched as the opener.
+        """
+        namenode = namenode or self.namenode
         lookup = locate_path(path, file_id)
-        status = await self.namenode.get_file_info(lookup)
+        status = await namenode.get_file_info(lookup)
         if status is None:
             raise FileNotFound(f"{path}: no such file")
         if status.fileType == hdfs_pb2.HdfsFileStatusProto.IS_DIR:
@@ -229,6 +235,7 @@ class HdfsClient:
         await self.check_data_transfer()
         blocksize = status.blocksize or 128 * 1024 * 1024
         file = HdfsFile(path, status, window=self.options.location_window_blocks * blocksize)
+        file.namenode = namenode
         await self._locate(file, 0, file.window)
         file.opened = True
         return file
@@ -274,7 +281,9 @@ class HdfsClient:
     async def _locate(self, file: HdfsFile, offset: int, length: int) -> None:
         """Fetch the window of locations at `offset` and merge it into the file's pinned block map."""
         try:
-            lbs = await self.namenode.get_block_locations(file.locate_path, offset, max(length, file.window))
+            lbs = await (file.namenode or self.namenode).get_block_locations(
+                file.locate_path, offset, max(length, file.window)
+            )
         except FileNotFound:
             if not file.opened:
                 raise

@@ -121,6 +121,16 @@ def client_options(options: MountOptions) -> ClientOptions:
     )
 
 
+def check_identity(options: MountOptions, client: HdfsClient) -> None:
+    """Per-caller identity needs credentials that can stand for other users."""
+    creds = client.credentials
+    if options.identity == "caller" and creds is not None and creds.kerberos and creds.login is None:
+        raise ConfigError(f"identity=caller: the mount authenticates with {creds.token_source}; only a Kerberos "
+                          "login can act for other users (mount with -o keytab=FILE,principal=NAME)")
+    if options.identity == "ticket_cache" and (creds is None or not creds.kerberos):
+        raise ConfigError("identity=ticket_cache needs a Kerberos cluster (hadoop.security.authentication=kerberos)")
+
+
 async def run_mount(
     source: str, target: NameNodeTarget, mountpoint: str, options: MountOptions,
     ready: Callable[[], None], debug: bool = False, preflight_timeout: float = 10.0,
@@ -128,6 +138,7 @@ async def run_mount(
     """Mount, serve until told to stop, unmount. Raises before mounting if anything is wrong."""
     stats = Stats()
     async with HdfsClient.open_target(target, options=client_options(options), stats=stats) as client:
+        check_identity(options, client)
         async with trio.open_nursery() as nursery:
             ops = HdfsOperations(client, target.path, options, mountpoint, nursery)
             # Before mounting, fail fast: an unreachable NameNode is reported within the bound.

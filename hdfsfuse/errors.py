@@ -120,6 +120,9 @@ JAVA_EXCEPTIONS: dict[str, type[HdfsError]] = {
     "org.apache.hadoop.ipc.StandbyException": StandbyNameNode,
     "org.apache.hadoop.ipc.ObserverRetryOnActiveException": StandbyNameNode,
     "org.apache.hadoop.hdfs.server.datanode.ReplicaNotFoundException": BlockUnavailable,
+    "org.apache.hadoop.security.authorize.AuthorizationException": AccessDenied,
+    "org.apache.hadoop.security.token.SecretManager$InvalidToken": AuthenticationRequired,
+    "javax.security.sasl.SaslException": AuthenticationRequired,
 }
 
 
@@ -134,7 +137,9 @@ def from_remote(java_class: str, message: str) -> HdfsError:
         "SIMPLE authentication is not enabled" in first_line
     ):
         return AuthenticationRequired(
-            f"the cluster requires Kerberos (SIMPLE authentication is refused): {first_line}",
+            "the cluster requires Kerberos (SIMPLE authentication is refused); set "
+            "hadoop.security.authentication=kerberos in core-site.xml and give credentials (kinit, "
+            f"-o keytab=FILE,principal=NAME, or -o token_file=FILE): {first_line}",
             java_class=java_class,
         )
     cls = JAVA_EXCEPTIONS.get(java_class, HdfsError)

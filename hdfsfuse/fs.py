@@ -12,6 +12,7 @@ task (readahead), and a failed prefetch only makes its reads go to HDFS directly
 
 from __future__ import annotations
 
+import collections
 import errno
 import grp
 import json
@@ -29,8 +30,9 @@ import trio
 
 from hdfsfuse.client import HdfsClient, HdfsFile
 from hdfsfuse.errors import FileNotFound, HdfsError, to_errno
+from hdfsfuse.identity import Identities
 from hdfsfuse.inodes import ROOT_INODE, Entry, InodeTable
-from hdfsfuse.namenode import FileStatus
+from hdfsfuse.namenode import FileStatus, NameNodeClient
 from hdfsfuse.options import MountOptions
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.readahead import ReadaheadBudget, ReadaheadPlanner
@@ -104,8 +106,9 @@ class _Listing:
     Entry i of the whole listing is `page[i - base]`; readdir offsets are i + 1.
     """
 
-    def __init__(self, directory: Entry) -> None:
+    def __init__(self, directory: Entry, namenode: NameNodeClient) -> None:
         self.directory = directory
+        self.namenode = namenode  # the opener's identity lists every page
         self.restart()
 
     def restart(self) -> None:
@@ -128,6 +131,7 @@ class HdfsOperations(pyfuse3.Operations):
         super().__init__()
         self.client = client
         self.nn = client.namenode
+        self.identities = Identities(options.identity, client.namenode, client.credentials, nursery)
         self.stats = client.stats
         self.root = root.rstrip("/") or "/"
         self.options = options
@@ -217,6 +221,12 @@ class HdfsOperations(pyfuse3.Operations):
                 return os.fsencode(self.mountpoint + target[len(self.root) :])
         return os.fsencode(target)
 
+    def _nn(self, ctx: pyfuse3.RequestContext | None) -> NameNodeClient:
+        """The NameNode connection of the request's caller (`-o identity=`)."""
+        if ctx is None:
+            return self.nn
+        return self.identities.namenode(ctx.uid, ctx.pid)
+
     # ----- the one error boundary -----------------------------------------------------------------
 
     @asynccontextmanager
@@ -269,7 +279,7 @@ class HdfsOperations(pyfuse3.Operations):
                     raise pyfuse3.FUSEError(errno.ENOENT)
                 del self._negative[key]
             self.stats.cache_misses["entry"] += 1
-            st = await self.nn.get_file_link_info(self.inodes.child_path(parent, text))
+            st = await self._nn(ctx).get_file_link_info(self.inodes.child_path(parent, text))
             if st is None:
                 self._remember_missing(key)
                 raise pyfuse3.FUSEError(errno.ENOENT)
@@ -293,7 +303,7 @@ class HdfsOperations(pyfuse3.Operations):
         entry = self._entry(inode)
         async with self._request("getattr", entry.shown):
             self.stats.cache_misses["attr"] += 1
-            st = await self.nn.get_file_link_info(entry.nn_path)
+            st = await self._nn(ctx).get_file_link_info(entry.nn_path)
             if st is None:
                 return self._gone(inode, entry, cached)
             attrs = self._store(inode, st)
@@ -320,15 +330,16 @@ class HdfsOperations(pyfuse3.Operations):
         entry = self._entry(inode)
         async with self._request("readlink", entry.shown):
             cached = self._attrs.get(inode)
-            st = cached[2] if cached is not None else await self.nn.get_file_link_info(entry.nn_path)
+            st = cached[2] if cached is not None else await self._nn(ctx).get_file_link_info(entry.nn_path)
             if st is None or st.fileType != IS_SYMLINK:
                 raise pyfuse3.FUSEError(errno.EINVAL)
             return self._link_target(st.symlink)
 
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
         """Open a listing and fetch its first page (errors such as ENOTDIR show here)."""
-        listing = _Listing(self._entry(inode))
-        async with self._request("opendir", listing.directory.shown):
+        directory = self._entry(inode)
+        async with self._request("opendir", directory.shown):
+            listing = _Listing(directory, self._nn(ctx))
             await self._next_page(listing)
         fh = self._next_fh
         self._next_fh += 1
@@ -338,7 +349,7 @@ class HdfsOperations(pyfuse3.Operations):
     async def _next_page(self, listing: _Listing) -> None:
         """Move the listing to its next page of (at most) 1000 entries."""
         directory = listing.directory
-        page = await self.nn.get_listing_page(directory.nn_path, listing.start_after)
+        page = await listing.namenode.get_listing_page(directory.nn_path, listing.start_after)
         listing.pages += 1
         listing.base = listing.end
         listing.page = [(e.path, e) for e in page.partialListing]
@@ -384,7 +395,7 @@ class HdfsOperations(pyfuse3.Operations):
 
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
         async with self._request("statfs", self.root):
-            fs = await self.nn.get_fs_stats()
+            fs = await self._nn(ctx).get_fs_stats()
         s = pyfuse3.StatvfsData()
         s.f_bsize = 128 * 1024
         s.f_frsize = 4096
@@ -400,13 +411,17 @@ class HdfsOperations(pyfuse3.Operations):
     # ----- extended attributes --------------------------------------------------------------------
 
     def stats_snapshot(self) -> dict[str, object]:
-        return snapshot(self.stats, self.nn.calls, self.nn.failovers, self.client.replicas.snapshot())
+        calls: collections.Counter[str] = collections.Counter()
+        for nn in self.identities.clients:
+            calls.update(nn.calls)
+        failovers = sum(nn.failovers for nn in self.identities.clients)
+        return snapshot(self.stats, calls, failovers, self.client.replicas.snapshot())
 
-    async def _status(self, inode: int) -> FileStatus:
+    async def _status(self, inode: int, ctx: pyfuse3.RequestContext) -> FileStatus:
         cached = self._attrs.get(inode)
         if cached is not None and cached[0] > time.monotonic():
             return cached[2]
-        st = await self.nn.get_file_link_info(self._entry(inode).nn_path)
+        st = await self._nn(ctx).get_file_link_info(self._entry(inode).nn_path)
         if st is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         self._store(inode, st)
@@ -416,7 +431,7 @@ class HdfsOperations(pyfuse3.Operations):
         if inode == pyfuse3.ROOT_INODE:
             return [STATS_XATTR]
         async with self._request("listxattr", self._entry(inode).shown):
-            st = await self._status(inode)
+            st = await self._status(inode, ctx)
         return list(FILE_XATTRS) if st.fileType == IS_FILE else []
 
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
@@ -430,16 +445,17 @@ class HdfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
         entry = self._entry(inode)
         async with self._request("getxattr", entry.shown):
-            st = await self._status(inode)
+            st = await self._status(inode, ctx)
             if st.fileType != IS_FILE:
                 raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
             if name == b"user.hdfs.replication":
                 return str(st.block_replication).encode()
             if name == b"user.hdfs.block_size":
                 return str(st.blocksize).encode()
-            return await self._blocks_xattr(entry.nn_path, entry.shown, 10 * (st.blocksize or 128 * 1024 * 1024))
+            window = 10 * (st.blocksize or 128 * 1024 * 1024)
+            return await self._blocks_xattr(self._nn(ctx), entry.nn_path, entry.shown, window)
 
-    async def _blocks_xattr(self, nn_path: str, shown: str, window: int) -> bytes:
+    async def _blocks_xattr(self, nn: NameNodeClient, nn_path: str, shown: str, window: int) -> bytes:
         """user.hdfs.blocks: the block list as JSON, fetched `window` bytes of file at a time.
 
         The kernel caps an xattr value at 64 KiB: a longer list is E2BIG, found without asking
@@ -448,7 +464,7 @@ class HdfsOperations(pyfuse3.Operations):
         blocks: list[dict[str, object]] = []
         size, offset = 2, 0
         while True:
-            lbs = await self.nn.get_block_locations(nn_path, offset, window)
+            lbs = await nn.get_block_locations(nn_path, offset, window)
             fresh = [b for b in lbs.blocks if b.offset >= offset]
             for b in fresh:
                 item = {"offset": b.offset, "length": b.b.numBytes,
@@ -472,13 +488,15 @@ class HdfsOperations(pyfuse3.Operations):
             if entry.by_inode:
                 file_id = self.inodes.root_file_id if inode == ROOT_INODE else inode
                 try:
-                    file = await self.client.open(entry.shown, file_id=file_id)  # exactly this inode's file
+                    # Exactly this inode's file, checked by the NameNode as the caller.
+                    file = await self.client.open(entry.shown, file_id=file_id, namenode=self._nn(ctx))
                 except FileNotFound:
                     # The kernel's name still points at a file deleted or replaced since: ESTALE
                     # makes the VFS look the name up again and open what is there now.
                     raise pyfuse3.FUSEError(errno.ESTALE) from None
             else:
-                file = await self.client.open(entry.nn_path)  # a snapshot copy: its path is immutable
+                # A snapshot copy: its path is immutable.
+                file = await self.client.open(entry.nn_path, namenode=self._nn(ctx))
         key = (file.status.modification_time, file.length)
         keep = self._cache_keys.get(inode) == key
         self._cache_keys[inode] = key

@@ -59,6 +59,8 @@ _CAUSES = [
      "no KDC is configured for this realm (check krb5.conf and the principal's realm)"),
     (r"Cannot contact any KDC", "cannot reach the KDC (is it running, and is krb5.conf's kdc right?)"),
     (r"Clock skew too great", "this host's clock differs from the KDC's by more than the allowed skew"),
+    (r"Server krbtgt/\S+ not found in Kerberos database",
+     "the KDC knows no path to the server's realm (check the realm of dfs.namenode.kerberos.principal)"),
     (r"Server .* not found in Kerberos database",
      "the service principal is unknown to the KDC (check dfs.namenode.kerberos.principal)"),
     (r"Client .* not found in Kerberos database", "the client principal does not exist in the KDC"),
@@ -97,11 +99,13 @@ class KerberosLogin:
         raise NotImplementedError
 
     def _check(self, creds: gssapi.Credentials) -> gssapi.Credentials:
+        expired = KerberosError(f"{self.description}: the Kerberos ticket has expired: run kinit again "
+                                "(or use a keytab)")
         try:
             if creds.lifetime <= 0:
-                raise KerberosError(f"{self.description}: the Kerberos ticket has expired")
-        except gssapi.exceptions.ExpiredCredentialsError as e:
-            raise explain(e, self.description) from None
+                raise expired
+        except gssapi.exceptions.ExpiredCredentialsError:
+            raise expired from None
         except gssapi.exceptions.GSSError as e:
             raise explain(e, self.description) from None
         return creds
@@ -118,15 +122,53 @@ class KeytabLogin(KerberosLogin):
         self.description = f"Kerberos login of {principal} from keytab {self.keytab}"
 
     def acquire(self) -> gssapi.Credentials:
-        if not os.access(self.keytab, os.R_OK):
-            raise KerberosError(f"{self.description}: cannot read the keytab file")
+        try:
+            with open(self.keytab, "rb") as f:
+                principals = keytab_principals(f.read(1 << 20))
+        except OSError as e:
+            raise KerberosError(f"{self.description}: cannot read the keytab file ({e.strerror or e})") from None
         try:
             name = gssapi.Name(self.principal, gssapi.NameType.kerberos_principal)
+            canonical = str(name.canonicalize(gssapi.MechType.kerberos))
+            if principals is not None and canonical not in principals:
+                raise KerberosError(f"{self.description}: the keytab holds no key for this principal "
+                                    f"({canonical}; it holds {', '.join(sorted(principals)) or 'none'})")
             creds = gssapi.Credentials(name=name, usage="initiate",
                                        store={"client_keytab": self.keytab, "ccache": self.ccache})
         except gssapi.exceptions.GSSError as e:
             raise explain(e, self.description) from None
         return self._check(creds)
+
+
+def keytab_principals(data: bytes) -> set[str] | None:
+    """The principals in a keytab file (MIT format 0x0502), or None if it cannot be read as one.
+
+        0x05 0x02, then entries: i32 size (negative: a hole), u16 component count, counted realm,
+        counted components, u32 name type, u32 timestamp, u8 kvno, u16 enctype, counted key ...
+    """
+    if len(data) < 2 or data[:2] != b"\x05\x02":
+        return None
+    out: set[str] = set()
+    pos = 2
+    try:
+        while pos + 4 <= len(data):
+            size = int.from_bytes(data[pos : pos + 4], "big", signed=True)
+            pos += 4
+            if size <= 0:
+                pos += -size
+                continue
+            entry, pos = data[pos : pos + size], pos + size
+            count = int.from_bytes(entry[0:2], "big")
+            at = 2
+            parts = []
+            for _ in range(count + 1):  # the realm, then the components
+                n = int.from_bytes(entry[at : at + 2], "big")
+                parts.append(entry[at + 2 : at + 2 + n].decode("utf-8", "replace"))
+                at += 2 + n
+            out.add("/".join(parts[1:]) + "@" + parts[0])
+    except (IndexError, ValueError):
+        return None
+    return out
 
 
 class TicketCacheLogin(KerberosLogin):

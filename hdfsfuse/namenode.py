@@ -75,6 +75,7 @@ class NameNodeClient:
         self.user = self.auth.user
         self.call_timeout = call_timeout
         self.total_timeout = total_timeout
+        self.connect_timeout = connect_timeout
         self._conns = [
             RpcConnection(host, port, auth=self.auth, nursery=nursery, connect_timeout=connect_timeout)
             for host, port in target.addresses

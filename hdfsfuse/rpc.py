@@ -186,10 +186,8 @@ class RpcConnection:
                 reader.feed(data)
             assert isinstance(resp, ipc.RpcResponse)
             if resp.fatal or resp.body is None:
-                error = from_remote(resp.exception_class, resp.error_msg)
-                if isinstance(error, AuthenticationRequired):
-                    raise error
-                raise SaslRefused(f"{self.address} refused authentication with {who}: {resp.first_line or error}")
+                why = resp.first_line or resp.exception_class or "no reason given"
+                raise SaslRefused(f"{self.address} refused authentication with {who}: {why}")
             if resp.call_id != ipc.SASL_CALL_ID:
                 raise ProtocolError(f"{self.address} answered SASL with call id {resp.call_id}")
             return rpc_pb2.RpcSaslProto.FromString(resp.body)

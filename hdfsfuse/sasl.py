@@ -214,7 +214,8 @@ def _des_key(seven: bytes) -> bytes:
 
 
 class DigestLayer:
-    """The DIGEST-MD5 integrity (auth-int) or confidentiality (auth-conf) layer, client side.
+    """The DIGEST-MD5 integrity (auth-int) or confidentiality (auth-conf) layer (client side,
+    or with `server=True` the server's mirror image).
 
     integrity token:  msg | MAC(10) | 00 01 | seq(4 BE)       MAC = HMAC-MD5(Ki, seq | msg)[:10]
     privacy token:    E(msg | pad | MAC) | 00 01 | seq        pad: k bytes of k (block ciphers)
@@ -223,9 +224,10 @@ class DigestLayer:
     across messages for the connection's life.
     """
 
-    def __init__(self, ha1: bytes, cipher: str) -> None:
-        self._kic = hashlib.md5(ha1 + b"Digest session key to client-to-server signing key magic constant").digest()
-        self._kis = hashlib.md5(ha1 + b"Digest session key to server-to-client signing key magic constant").digest()
+    def __init__(self, ha1: bytes, cipher: str, *, server: bool = False) -> None:
+        kic = hashlib.md5(ha1 + b"Digest session key to client-to-server signing key magic constant").digest()
+        kis = hashlib.md5(ha1 + b"Digest session key to server-to-client signing key magic constant").digest()
+        self._sign, self._check = (kis, kic) if server else (kic, kis)
         self._send_seq = 0
         self._recv_seq = 0
         self._block = cipher in ("3des", "des")
@@ -234,13 +236,15 @@ class DigestLayer:
             n = {"rc4-40": 5, "rc4-56": 7}.get(cipher, 16)
             kcc = hashlib.md5(ha1[:n] + b"Digest H(A1) to client-to-server sealing key magic constant").digest()
             kcs = hashlib.md5(ha1[:n] + b"Digest H(A1) to server-to-client sealing key magic constant").digest()
+            if server:
+                kcc, kcs = kcs, kcc
             self._encryptor = _cipher(cipher, kcc).encryptor()
             self._decryptor = _cipher(cipher, kcs).decryptor()
 
     def wrap(self, msg: bytes) -> bytes:
         seq = self._send_seq.to_bytes(4, "big")
         self._send_seq += 1
-        mac = hmac.new(self._kic, seq + msg, "md5").digest()[:10]
+        mac = hmac.new(self._sign, seq + msg, "md5").digest()[:10]
         if self._encryptor is None:
             return msg + mac + b"\x00\x01" + seq
         pad = b""
@@ -269,7 +273,7 @@ class DigestLayer:
                 if not 1 <= k <= 8 or msg[-k:] != bytes([k]) * k:
                     raise SaslError("a DIGEST-MD5 token with bad padding")
                 msg = msg[:-k]
-        if not hmac.compare_digest(mac, hmac.new(self._kis, seq + msg, "md5").digest()[:10]):
+        if not hmac.compare_digest(mac, hmac.new(self._check, seq + msg, "md5").digest()[:10]):
             raise SaslError("a DIGEST-MD5 token failed its integrity check")
         return msg
 

@@ -24,26 +24,29 @@ class Mount:
     """One hdfsfuse mount of a cluster (background mode, or a foreground process)."""
 
     def __init__(self, cluster: MiniDfs, *options: str, root: str = "", foreground: bool = False,
-                 command: list[str] | None = None) -> None:
+                 command: list[str] | None = None, env: dict[str, str] | None = None,
+                 uri: str | None = None) -> None:
         self.cluster = cluster
+        # A secure cluster's daemon finds the KDC through the cluster's krb5.conf.
+        self.env = {**os.environ, **cluster.krb5_env(), **(env or {})}
         self.dir = tempfile.mkdtemp(prefix="hdfsfuse-mnt-")
         self.log = Path(self.dir + ".log")
         opts = [f"hadoop_conf={cluster.conf_dir}", *options]
         if not foreground:
             opts.append(f"log_file={self.log}")
-        self.argv = [*(command or HDFSFUSE), "mount", cluster.uri + root, self.dir, "-o", ",".join(opts)]
+        self.argv = [*(command or HDFSFUSE), "mount", (uri or cluster.uri) + root, self.dir, "-o", ",".join(opts)]
         self.proc: subprocess.Popen[bytes] | None = None
         if foreground:
             self.argv.append("-f")
             with open(self.log, "wb") as log:
-                self.proc = subprocess.Popen(self.argv, stderr=log, stdout=log)
+                self.proc = subprocess.Popen(self.argv, stderr=log, stdout=log, env=self.env)
             deadline = time.monotonic() + 60
             while not is_mounted(self.dir):
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"foreground mount failed:\n{self.log.read_text()}")
                 time.sleep(0.05)
         else:
-            r = subprocess.run(self.argv, capture_output=True, text=True, timeout=120)
+            r = subprocess.run(self.argv, capture_output=True, text=True, timeout=120, env=self.env)
             if r.returncode != 0:
                 raise RuntimeError(f"mount failed ({r.returncode}): {r.stderr}")
             assert is_mounted(self.dir), "the mount command returned before the mount existed"

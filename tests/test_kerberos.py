@@ -1,0 +1,423 @@
+"""Secure clusters through the real mount: a real MiniKdc, a Kerberized MiniDFSCluster, real tools.
+
+Credentials (keytab, ticket cache, delegation-token file), the three RPC protections (checked on
+the wire), a secure HA failover, per-caller identity against an HDFS ACL, and every
+bad-credential error, before and after mounting.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import random_bytes, wait_until
+from tests.minidfs import ClusterOptions, MiniDfs
+from tests.mounting import HDFSFUSE
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts need root")
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def secure() -> Iterator[Callable[..., MiniDfs]]:
+    """Secure clusters shared by this module, one per option set, started on first use."""
+    clusters: dict[tuple[tuple[str, object], ...], MiniDfs] = {}
+
+    def get(**options: object) -> MiniDfs:
+        options = {"kerberos": True, "datanodes": 2, "proxy_user": "hfuse", **options}
+        key = tuple(sorted(options.items()))
+        if key not in clusters:
+            clusters[key] = MiniDfs(ClusterOptions(**options)).start()  # type: ignore[arg-type]
+        return clusters[key]
+
+    yield get
+    for c in clusters.values():
+        c.stop()
+
+
+def _keytab_options(cluster: MiniDfs, name: str = "alice") -> list[str]:
+    k = cluster.kerberos
+    if name == "alice":
+        return [f"keytab={k['client_keytab']}", f"principal={k['client_principal']}"]
+    made = cluster.command("add_principal", name=name)
+    return [f"keytab={made['keytab']}", f"principal={made['principal']}"]
+
+
+def _kinit(cluster: MiniDfs, ccache: str, *, lifetime: str | None = None, user: str | None = None,
+           principal: str | None = None, keytab: str | None = None, krb5_conf: str | None = None) -> None:
+    k = cluster.kerberos
+    argv = ["kinit", *(["-l", lifetime] if lifetime else []), "-kt", keytab or k["client_keytab"],
+            principal or k["client_principal"]]
+    if user:
+        argv = ["runuser", "-u", user, "--", *argv]
+    env = {**os.environ, "KRB5_CONFIG": krb5_conf or k["krb5_conf"], "KRB5CCNAME": ccache}
+    subprocess.run(argv, check=True, env=env, capture_output=True)
+
+
+def _put(cluster: MiniDfs, path: str, size: int, seed: int) -> bytes:
+    return cluster.put_bytes(random_bytes(size, seed), path)
+
+
+def _no_ticket_env(tmp_path: Path) -> dict[str, str]:
+    """An environment with no usable ticket cache and no token file."""
+    return {"KRB5CCNAME": f"FILE:{tmp_path}/no-such-cache", "HADOOP_TOKEN_FILE_LOCATION": ""}
+
+
+def _mount_fails(cluster: MiniDfs, *options: str, env: dict[str, str] | None = None,
+                 command: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    mnt = tempfile.mkdtemp(prefix="hdfsfuse-mnt-")
+    try:
+        argv = [*(command or HDFSFUSE), "mount", cluster.uri, mnt, "-o",
+                ",".join([f"hadoop_conf={cluster.conf_dir}", *options])]
+        full_env = {**os.environ, **cluster.krb5_env(), **(env or {})}
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=full_env)
+        assert r.returncode != 0, f"the mount should have failed: {r.stderr}"
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        return r
+    finally:
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+        os.rmdir(mnt)
+
+
+# ----- credentials ------------------------------------------------------------------------------
+
+
+def test_keytab_mount_reads_exact_bytes_as_the_principal(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure()
+    data = _put(cluster, "/kt/data", 3 * MiB + 123, seed=1)
+    cluster.chown("/kt/data", "alice", "alice")
+    cluster.chmod("/kt/data", "600")  # only alice (and the superuser) may read it
+    m = mount(cluster, *_keytab_options(cluster), env=_no_ticket_env(tmp_path))
+    assert Path(m.path("/kt/data")).read_bytes() == data
+    with open(m.path("/kt/data"), "rb") as f:
+        f.seek(2 * MiB + 7)
+        assert f.read(4096) == data[2 * MiB + 7 : 2 * MiB + 7 + 4096]
+    assert "Auth successful for alice@EXAMPLE.COM (auth:KERBEROS)" in cluster.log_tail(100000)
+
+
+def test_ticket_cache_mount_made_by_kinit(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure()
+    data = _put(cluster, "/cc/data", 100_000, seed=2)
+    cluster.chown("/cc/data", "alice", "alice")
+    cluster.chmod("/cc/data", "600")
+    ccache = f"FILE:{tmp_path}/krb5cc"
+    _kinit(cluster, ccache)
+    m = mount(cluster, env={"KRB5CCNAME": ccache})
+    assert Path(m.path("/cc/data")).read_bytes() == data
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_delegation_token_file_mount(secure, mount, tmp_path: Path, how: str) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure()
+    data = _put(cluster, f"/tok/{how}", 70_000, seed=3)
+    cluster.chown(f"/tok/{how}", "alice", "alice")
+    cluster.chmod(f"/tok/{how}", "600")
+    token = tmp_path / "alice.token"
+    reply = cluster.command("delegation_token", user="alice", file=str(token))
+    assert reply["kind"] == "HDFS_DELEGATION_TOKEN"
+    env = _no_ticket_env(tmp_path)
+    options: list[str] = []
+    if how == "option":
+        options.append(f"token_file={token}")
+    else:
+        env["HADOOP_TOKEN_FILE_LOCATION"] = str(token)
+    m = mount(cluster, *options, env=env)
+    assert Path(m.path(f"/tok/{how}")).read_bytes() == data  # alice's own file: the token names alice
+    assert "(auth:TOKEN)" in cluster.log_tail(100000)
+
+
+# ----- RPC protection, checked on the wire -------------------------------------------------------
+
+
+class _Recorder:
+    """A TCP relay to the NameNode that keeps every byte the client sent."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.sent = bytearray()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self._pipe, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, False), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, record: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if record:
+                    self.sent += data
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.mark.parametrize("protection", ["authentication", "integrity", "privacy"])
+@pytest.mark.parametrize("credential", ["keytab", "token"])
+def test_each_rpc_protection_on_the_wire(secure, mount, tmp_path: Path, protection: str, credential: str) -> None:  # type: ignore[no-untyped-def]
+    """Names the client sends travel in clear text only under `authentication`."""
+    cluster = secure(rpc_protection=protection)
+    marker = f"wire-marker-{protection}-{credential}"
+    data = _put(cluster, f"/prot/{marker}", 200_000, seed=4)
+    host, port = cluster.namenodes[0]["rpc"].rsplit(":", 1)
+    relay = _Recorder((host, int(port)))
+    try:
+        env = _no_ticket_env(tmp_path)
+        if credential == "keytab":
+            options = _keytab_options(cluster)
+        else:
+            token = tmp_path / "t"
+            cluster.command("delegation_token", user="alice", file=str(token))
+            options = [f"token_file={token}"]
+            # The token names the NameNode's own address; the relay is a different port (of the
+            # same length: ephemeral ports have five digits, so the Writable lengths still hold).
+            real, relayed = f"127.0.0.1:{port}".encode(), f"127.0.0.1:{relay.port}".encode()
+            assert len(real) == len(relayed)
+            token.write_bytes(token.read_bytes().replace(real, relayed))
+        m = mount(cluster, *options, env=env, uri=f"hdfs://127.0.0.1:{relay.port}")
+        assert Path(m.path(f"/prot/{marker}")).read_bytes() == data
+        in_clear = marker.encode() in relay.sent
+        assert in_clear == (protection != "privacy"), f"{protection}: marker in clear text = {in_clear}"
+        if protection != "authentication":
+            # Every frame after the handshake is a SASL WRAP frame (callId -33).
+            assert b"\x10\x05\x1a" in relay.sent  # RpcSaslProto{state=WRAP (field 2), token=...}
+    finally:
+        relay.close()
+
+
+# ----- HA -----------------------------------------------------------------------------------------
+
+
+def test_secure_ha_pair_fails_over(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure(ha=True, proxy_user=None)
+    data = _put(cluster, "/ha/before", 50_000, seed=5)
+    m = mount(cluster, *_keytab_options(cluster), env=_no_ticket_env(tmp_path))
+    assert Path(m.path("/ha/before")).read_bytes() == data
+    cluster.command("failover")
+    after = _put(cluster, "/ha/after", 60_000, seed=6)
+    assert Path(m.path("/ha/after")).read_bytes() == after  # a new name: answered by the new active
+    assert Path(m.path("/ha/before")).read_bytes() == data
+
+
+# ----- per-caller identity ----------------------------------------------------------------------
+
+
+def _local_user(name: str) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
+        return pwd.getpwnam(name)
+
+
+def _read_as(user: str, path: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    argv = ["runuser", "-u", user, "--"]
+    if env:
+        argv += ["env", *(f"{k}={v}" for k, v in env.items())]
+    return subprocess.run([*argv, "cat", path], capture_output=True)
+
+
+def _acl_tree(cluster: MiniDfs, d: str) -> bytes:
+    """A world-readable file that an HDFS ACL entry denies to hdfsfuse-bob."""
+    cluster.mkdir(d, mode="755")
+    data = _put(cluster, f"{d}/shared", 10_000, seed=7)
+    cluster.chmod(f"{d}/shared", "644")
+    cluster.command("set_acl", path=f"{d}/shared", spec="user:hdfsfuse-bob:---")
+    return data
+
+
+def test_identity_caller_enforces_hdfs_acls_per_user(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure()
+    _local_user("hdfsfuse-alice"), _local_user("hdfsfuse-bob")
+    data = _acl_tree(cluster, "/acl-caller")
+    m = mount(cluster, "allow_other", "identity=caller", *_keytab_options(cluster, "hfuse"),
+              env=_no_ticket_env(tmp_path))
+    path = m.path("/acl-caller/shared")
+    # alice reads first, so the page cache holds the bytes when bob asks.
+    assert _read_as("hdfsfuse-alice", path).stdout == data
+    denied = _read_as("hdfsfuse-bob", path)
+    assert denied.returncode != 0 and b"Permission denied" in denied.stderr
+    assert _read_as("hdfsfuse-alice", path).stdout == data
+    assert "ugi=hdfsfuse-bob (auth:PROXY) via hfuse@EXAMPLE.COM" in cluster.log_tail(100000)
+    # Without the ACL entry, bob reads it too: the denial was HDFS's, not the kernel's.
+    cluster.command("remove_acl", path="/acl-caller/shared")
+    assert _read_as("hdfsfuse-bob", path).stdout == data
+
+
+def test_identity_caller_needs_a_principal_allowed_to_impersonate(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure()
+    _local_user("hdfsfuse-bob")
+    _put(cluster, "/imp/open", 1000, seed=8)
+    # alice is no proxy user: the NameNode refuses every impersonation, and says so.
+    m = mount(cluster, "allow_other", "identity=caller", *_keytab_options(cluster), env=_no_ticket_env(tmp_path))
+    denied = _read_as("hdfsfuse-bob", m.path("/imp/open"))
+    assert denied.returncode != 0 and b"Permission denied" in denied.stderr
+    wait_until(lambda: "is not allowed to impersonate hdfsfuse-bob" in m.log_text(), "the refusal is logged")
+
+
+def test_identity_ticket_cache_uses_each_callers_own_tickets(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure()
+    alice, bob = _local_user("hdfsfuse-alice"), _local_user("hdfsfuse-bob")
+    carol = _local_user("hdfsfuse-carol")
+    data = _acl_tree(cluster, "/acl-cc")
+    keytabs = Path(tempfile.mkdtemp(prefix="hdfsfuse-keytabs-"))
+    keytabs.chmod(0o755)
+    krb5_conf = keytabs / "krb5.conf"  # the cluster's own copy sits in a directory only root can enter
+    shutil.copy(cluster.kerberos["krb5_conf"], krb5_conf)
+    krb5_conf.chmod(0o644)
+    for user in (alice, bob):
+        made = cluster.command("add_principal", name=user.pw_name)
+        keytab = keytabs / f"{user.pw_name}.keytab"
+        shutil.copy(made["keytab"], keytab)
+        os.chown(keytab, user.pw_uid, user.pw_gid)
+        _kinit(cluster, f"FILE:/tmp/krb5cc_{user.pw_uid}", user=user.pw_name, principal=made["principal"],
+               keytab=str(keytab), krb5_conf=str(krb5_conf))
+    try:
+        m = mount(cluster, "allow_other", "identity=ticket_cache", *_keytab_options(cluster),
+                  env=_no_ticket_env(tmp_path))
+        path = m.path("/acl-cc/shared")
+        assert _read_as("hdfsfuse-alice", path).stdout == data
+        denied = _read_as("hdfsfuse-bob", path)
+        assert denied.returncode != 0 and b"Permission denied" in denied.stderr
+        # carol has no tickets of her own, and may not borrow alice's.
+        assert _read_as("hdfsfuse-carol", path).returncode != 0
+        borrowed = _read_as("hdfsfuse-carol", path, env={"KRB5CCNAME": f"FILE:/tmp/krb5cc_{alice.pw_uid}"})
+        assert borrowed.returncode != 0 and b"Permission denied" in borrowed.stderr
+        log = m.log_text()
+        assert f"uid {carol.pw_uid} has no Kerberos ticket cache" in log
+        assert f"belongs to uid {alice.pw_uid}, not the caller" in log
+    finally:
+        shutil.rmtree(keytabs)
+        for user in (alice, bob):
+            Path(f"/tmp/krb5cc_{user.pw_uid}").unlink(missing_ok=True)
+
+
+# ----- errors -------------------------------------------------------------------------------------
+
+
+def test_no_credentials_is_one_clear_line(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = _mount_fails(secure(), env=_no_ticket_env(tmp_path))
+    assert "no Kerberos ticket: run kinit" in r.stderr
+
+
+def test_expired_ticket_is_one_clear_line(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure()
+    ccache = f"FILE:{tmp_path}/short"
+    _kinit(cluster, ccache, lifetime="5s")
+    time.sleep(6)
+    r = _mount_fails(cluster, env={"KRB5CCNAME": ccache, "HADOOP_TOKEN_FILE_LOCATION": ""})
+    assert "has expired" in r.stderr
+
+
+def test_wrong_principal_for_the_keytab(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure()
+    r = _mount_fails(cluster, f"keytab={cluster.kerberos['client_keytab']}", "principal=mallory@EXAMPLE.COM",
+                     env=_no_ticket_env(tmp_path))
+    assert "keytab holds no key for this principal" in r.stderr
+
+
+def test_wrong_realm(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A principal in a realm the keytab has no key for, and a NameNode principal in a realm
+    this host's krb5.conf does not know."""
+    cluster = secure()
+    r = _mount_fails(cluster, f"keytab={cluster.kerberos['client_keytab']}", "principal=alice@ELSEWHERE.ORG",
+                     env=_no_ticket_env(tmp_path))
+    assert "no key for this principal (alice@ELSEWHERE.ORG; it holds alice@EXAMPLE.COM)" in r.stderr
+    conf_dir = tmp_path / "conf"
+    shutil.copytree(cluster.conf_dir, conf_dir)
+    site = conf_dir / "hdfs-site.xml"
+    site.write_text(site.read_text().replace("hdfs/localhost@EXAMPLE.COM", "hdfs/_HOST@ELSEWHERE.ORG"))
+    r = _mount_fails(cluster, *_keytab_options(cluster), f"hadoop_conf={conf_dir}", env=_no_ticket_env(tmp_path))
+    assert "hdfs/localhost@ELSEWHERE.ORG" in r.stderr and "no path to the server's realm" in r.stderr
+
+
+def test_unreachable_kdc(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure()
+    conf = Path(cluster.kerberos["krb5_conf"]).read_text()
+    port = cluster.kerberos["kdc_port"]
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    broken = tmp_path / "krb5.conf"
+    broken.write_text(conf.replace(f"localhost:{port}", f"localhost:{dead}").replace(str(port), str(dead)))
+    env = {**_no_ticket_env(tmp_path), "KRB5_CONFIG": str(broken)}
+    r = _mount_fails(cluster, *_keytab_options(cluster), env=env)
+    assert "cannot reach the KDC" in r.stderr
+
+
+def test_clock_skew(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    if shutil.which("faketime") is None:
+        pytest.fail("faketime is not installed (.ci/install installs it)")
+    cluster = secure()
+    # MIT corrects for the KDC's clock by default (kdc_timesync); hardened sites turn that off.
+    strict = tmp_path / "krb5.conf"
+    strict.write_text(Path(cluster.kerberos["krb5_conf"]).read_text().replace(
+        "[libdefaults]", "[libdefaults]\n    kdc_timesync = 0", 1))
+    env = {**_no_ticket_env(tmp_path), "KRB5_CONFIG": str(strict), "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    r = _mount_fails(cluster, *_keytab_options(cluster), env=env,
+                     command=["faketime", "-f", "+20m", sys.executable, "-m", "hdfsfuse.cli"])
+    assert "clock differs from the KDC's" in r.stderr
+
+
+def test_wrong_service_principal(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure()
+    conf_dir = tmp_path / "conf"
+    shutil.copytree(cluster.conf_dir, conf_dir)
+    site = conf_dir / "hdfs-site.xml"
+    site.write_text(site.read_text().replace("hdfs/localhost@EXAMPLE.COM", "nn/_HOST@EXAMPLE.COM"))
+    r = _mount_fails(cluster, *_keytab_options(cluster), f"hadoop_conf={conf_dir}", env=_no_ticket_env(tmp_path))
+    assert "nn/localhost@EXAMPLE.COM" in r.stderr and "unknown to the KDC" in r.stderr
+
+
+def test_cluster_config_without_kerberos_says_so(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure()
+    conf_dir = tmp_path / "conf"
+    shutil.copytree(cluster.conf_dir, conf_dir)
+    core = conf_dir / "core-site.xml"
+    core.write_text(core.read_text().replace(">kerberos<", ">simple<"))
+    r = _mount_fails(cluster, f"hadoop_conf={conf_dir}", env=_no_ticket_env(tmp_path))
+    assert "requires Kerberos" in r.stderr and "hadoop.security.authentication=kerberos" in r.stderr
+
+
+def test_lost_ticket_after_mounting_is_eacces_with_one_line(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure(datanodes=1, proxy_user=None)
+    data = _put(cluster, "/lost/a", 1000, seed=9)
+    ccache = tmp_path / "krb5cc"
+    _kinit(cluster, f"FILE:{ccache}")
+    m = mount(cluster, "direct_io", env={"KRB5CCNAME": f"FILE:{ccache}"})
+    assert Path(m.path("/lost/a")).read_bytes() == data
+    ccache.unlink()  # kdestroy
+    cluster.command("restart_namenode")  # the mount must authenticate again
+    with pytest.raises(PermissionError):
+        Path(m.path("/lost/b")).stat()
+    wait_until(lambda: "no Kerberos ticket" in m.log_text(), "the cause is logged")
+    lines = [ln for ln in m.log_text().splitlines() if "/lost/b" in ln]
+    assert len(lines) == 1 and "EACCES" in lines[0], lines
