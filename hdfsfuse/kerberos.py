@@ -43,7 +43,7 @@ class KerberosError(AuthenticationRequired):
 
 def _require_gssapi() -> None:
     if gssapi is None:
-        raise KerberosError("this cluster uses Kerberos, but the python 'gssapi' package is not installed")
+        raise KerberosError("Kerberos needs the python 'gssapi' package: pip install 'hdfsfuse[kerberos]'")
 
 
 # GSS/krb5 message fragments -> what the user should do about it.

@@ -28,7 +28,7 @@ from google.protobuf.message import DecodeError
 
 from hdfsfuse.errors import ConfigError
 from hdfsfuse.proto import rpc_pb2
-from hdfsfuse.wire import NeedData, read_delimited
+from hdfsfuse.wire import NeedData, ProtocolError, read_delimited
 
 MAGIC = b"HDTS"
 WRITABLE = 0
@@ -142,7 +142,7 @@ def _parse_protobuf(data: bytes, pos: int) -> list[rpc_pb2.TokenProto]:
     try:
         body, _ = read_delimited(memoryview(data), pos, len(data))
         creds = rpc_pb2.CredentialsProto.FromString(bytes(body))
-    except (NeedData, DecodeError, ValueError) as e:
+    except (NeedData, ProtocolError, DecodeError, ValueError) as e:
         raise TokenFileError(f"bad protobuf token storage: {e}") from None
     return [kv.token for kv in creds.tokens if kv.HasField("token")]
 

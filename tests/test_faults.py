@@ -23,7 +23,7 @@ from hdfsfuse.proto import hdfs_pb2
 from tests.conftest import random_bytes, wait_until
 from tests.dtp_fakes import block_op_response, packet
 from tests.minidfs import MiniDfs
-from tests.mounting import HDFSFUSE, is_mounted
+from tests.mounting import is_mounted
 
 MiB = 1 << 20
 FAST = "connect_timeout=1,read_timeout=1,total_timeout=6,request_timeout=10,namenode_timeout=20"
@@ -232,42 +232,3 @@ async def test_malformed_datanode_bytes_fail_over_or_eio(cluster: MiniDfs, data_
 
 async def _no_locate(file: object, offset: int, length: int) -> None:
     """Keep the fake replica as the only location (a real refresh would restore the good ones)."""
-
-
-def test_kerberos_only_namenode_at_mount_time(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import socket
-    import threading
-
-    from hdfsfuse.proto import rpc_pb2
-    from hdfsfuse.wire import delimited
-
-    header = rpc_pb2.RpcResponseHeaderProto(
-        callId=4294967295, status=rpc_pb2.RpcResponseHeaderProto.FATAL, serverIpcVersionNum=9,
-        exceptionClassName="org.apache.hadoop.security.AccessControlException",
-        errorMsg="SIMPLE authentication is not enabled.  Available:[TOKEN, KERBEROS]",
-    ).SerializeToString()
-    frame = delimited(header)
-    frame = struct.pack(">I", len(frame)) + frame
-    server = socket.create_server(("127.0.0.1", 0))
-    port_ = server.getsockname()[1]
-
-    def serve() -> None:
-        server.settimeout(30)
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            conn.recv(65536)
-            conn.sendall(frame)
-            conn.close()
-
-    threading.Thread(target=serve, daemon=True).start()
-    try:
-        r = subprocess.run([*HDFSFUSE, "mount", f"hdfs://127.0.0.1:{port_}/", str(tmp_path)],
-                           capture_output=True, text=True, timeout=60)
-    finally:
-        server.close()
-    assert r.returncode != 0
-    assert "Kerberos" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert not is_mounted(str(tmp_path))

@@ -147,6 +147,7 @@ class _Recorder:
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
         self.sent = bytearray()
+        self.sockets: list[socket.socket] = []
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
@@ -158,6 +159,7 @@ class _Recorder:
             except OSError:
                 return
             upstream = socket.create_connection(self.target)
+            self.sockets += [client, upstream]
             threading.Thread(target=self._pipe, args=(client, upstream, True), daemon=True).start()
             threading.Thread(target=self._pipe, args=(upstream, client, False), daemon=True).start()
 
@@ -176,8 +178,18 @@ class _Recorder:
                 except OSError:
                     pass
 
+    def drop_all(self) -> None:
+        """Cut every relayed connection (the client must reconnect and authenticate again)."""
+        sockets, self.sockets = self.sockets, []
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def close(self) -> None:
         self.server.close()
+        self.drop_all()
 
 
 @pytest.mark.parametrize("protection", ["authentication", "integrity", "privacy"])
@@ -421,3 +433,36 @@ def test_lost_ticket_after_mounting_is_eacces_with_one_line(secure, mount, tmp_p
     wait_until(lambda: "no Kerberos ticket" in m.log_text(), "the cause is logged")
     lines = [ln for ln in m.log_text().splitlines() if "/lost/b" in ln]
     assert len(lines) == 1 and "EACCES" in lines[0], lines
+
+
+# ----- a long-lived mount ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_mount_outlives_short_tickets_for_five_minutes(mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """60-second tickets: the mount renews its login, and reconnects authenticate with fresh tickets."""
+    with MiniDfs(ClusterOptions(kerberos=True, datanodes=1, ticket_lifetime=60)) as cluster:
+        files = {f"/long/f{i:02d}": _put(cluster, f"/long/f{i:02d}", 20_000 + i, seed=100 + i) for i in range(30)}
+        host, port = cluster.namenodes[0]["rpc"].rsplit(":", 1)
+        relay = _Recorder((host, int(port)))
+        try:
+            m = mount(cluster, "direct_io", "log_level=debug", *_keytab_options(cluster),
+                      env=_no_ticket_env(tmp_path), uri=f"hdfs://127.0.0.1:{relay.port}")
+            start = time.monotonic()
+            drops = 0
+            names = iter(files)
+            while time.monotonic() - start < 300:
+                name = next(names)
+                assert Path(m.path(name)).read_bytes() == files[name]  # a new open: NameNode RPCs
+                if drops < 10 and time.monotonic() - start > 30 * (drops + 1):
+                    relay.drop_all()
+                    drops += 1
+                time.sleep(12)
+            logins = cluster.log_tail(10**6).count("Auth successful for alice@EXAMPLE.COM (auth:KERBEROS)")
+            assert drops >= 8 and logins > drops, (drops, logins)
+            log = m.log_text()
+            assert " ERROR " not in log and "renewal failed" not in log, log[-3000:]
+            renewals = log.count("ticket valid for")
+            assert renewals >= 5, renewals  # a fresh TGT about every 30 s
+        finally:
+            relay.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -12,8 +11,7 @@ import trio
 from hdfsfuse import errors
 from hdfsfuse.config import NameNodeTarget, resolve_uri
 from hdfsfuse.namenode import FileStatus, NameNodeClient, resolve_user
-from hdfsfuse.proto import hdfs_pb2, rpc_pb2
-from hdfsfuse.wire import delimited
+from hdfsfuse.proto import hdfs_pb2
 from tests.conftest import random_bytes
 from tests.minidfs import MiniDfs
 
@@ -206,29 +204,3 @@ async def test_unreachable_namenode_names_what_was_tried() -> None:
     async with NameNodeClient.open(target, total_timeout=1.0) as nn:
         with pytest.raises(errors.NameNodeUnavailable, match=f"127.0.0.1:{port}"):
             await nn.get_file_info("/")
-
-
-async def test_kerberos_cluster_gets_a_clear_error() -> None:
-    """A fake NameNode that answers like a Kerberos-only cluster (Hadoop needs a KDC for this)."""
-    header = rpc_pb2.RpcResponseHeaderProto(
-        callId=4294967295, status=rpc_pb2.RpcResponseHeaderProto.FATAL, serverIpcVersionNum=9,
-        exceptionClassName="org.apache.hadoop.security.AccessControlException",
-        errorMsg="SIMPLE authentication is not enabled.  Available:[TOKEN, KERBEROS]",
-        errorDetail=rpc_pb2.RpcResponseHeaderProto.FATAL_UNAUTHORIZED,
-    ).SerializeToString()
-    fatal = delimited(header)
-    fatal = struct.pack(">I", len(fatal)) + fatal
-
-    async def serve(stream: trio.SocketStream) -> None:
-        await stream.receive_some(7)
-        await stream.send_all(fatal)
-        await stream.aclose()
-
-    async with trio.open_nursery() as n:
-        listeners = await n.start(trio.serve_tcp, serve, 0, )
-        port = listeners[0].socket.getsockname()[1]
-        target = NameNodeTarget("kdc", (("127.0.0.1", port),), "/")
-        async with NameNodeClient.open(target, total_timeout=30.0) as nn:
-            with pytest.raises(errors.AuthenticationRequired, match="Kerberos"):
-                await nn.get_file_info("/")
-        n.cancel_scope.cancel()
