@@ -9,7 +9,7 @@ framing lives in `hdfsfuse.ipc`; failover and retries live in `hdfsfuse.namenode
   partial frame would corrupt the stream.
 - EOF, a reset or a FATAL frame fails every waiting call; the next call reconnects.
 - With SASL (`RpcAuth` from `hdfsfuse.security`: Kerberos, or a delegation or block token),
-  the connection first authenticates (`_authenticate`, bounded by the connect timeout), then
+  the connection first authenticates (`_negotiate`, bounded by the connect timeout), then
   runs every frame through the negotiated integrity or privacy layer, if any. Blocking
   Kerberos steps run in threads. The mechanisms live in `hdfsfuse.sasl` and
   `hdfsfuse.kerberos`.
@@ -329,11 +329,13 @@ class RpcConnection:
             with trio.fail_after(timeout):
                 link = await self._connected()
                 call_id = next(self._call_ids) & 0x7FFFFFFF
-                frame = link.encode(ipc.encode_call(call_id, self.client_id, method, request, self.protocol))
+                frame = ipc.encode_call(call_id, self.client_id, method, request, self.protocol)
                 link.pending[call_id] = slot
                 async with self._send_lock:
                     try:
-                        await link.stream.send_all(frame)
+                        # Wrapped under the lock: a layer's sequence numbers and cipher state
+                        # must reach the server in the order they were used.
+                        await link.stream.send_all(link.encode(frame))
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
                         link.fail_all(ConnectionLost(f"sending to {self.address} failed: {e}"))
                     except BaseException:

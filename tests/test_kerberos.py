@@ -7,6 +7,7 @@ bad-credential error, before and after mounting.
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -105,6 +106,7 @@ def test_keytab_mount_reads_exact_bytes_as_the_principal(secure, mount, tmp_path
         f.seek(2 * MiB + 7)
         assert f.read(4096) == data[2 * MiB + 7 : 2 * MiB + 7 + 4096]
     assert "Auth successful for alice@EXAMPLE.COM (auth:KERBEROS)" in cluster.log_tail(100000)
+    assert not (tmp_path / "no-such-cache").exists()  # the login lives in memory, never in the user's cache
 
 
 def test_ticket_cache_mount_made_by_kinit(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -433,6 +435,10 @@ def test_lost_ticket_after_mounting_is_eacces_with_one_line(secure, mount, tmp_p
     wait_until(lambda: "no Kerberos ticket" in m.log_text(), "the cause is logged")
     lines = [ln for ln in m.log_text().splitlines() if "/lost/b" in ln]
     assert len(lines) == 1 and "EACCES" in lines[0], lines
+    # A new kinit is picked up by the next connection: no remount.
+    _kinit(cluster, f"FILE:{ccache}")
+    later = _put(cluster, "/lost/c", 2000, seed=10)
+    assert Path(m.path("/lost/c")).read_bytes() == later
 
 
 # ----- a long-lived mount ---------------------------------------------------------------------------
@@ -466,3 +472,98 @@ def test_mount_outlives_short_tickets_for_five_minutes(mount, tmp_path: Path) ->
             assert renewals >= 5, renewals  # a fresh TGT about every 30 s
         finally:
             relay.close()
+
+
+# ----- the harness contract, and a file being written ---------------------------------------------
+
+
+def test_harness_contract_over_json_lines(tmp_path: Path) -> None:
+    """`python -m tests.minidfs --kerberos ...` driven over raw JSON lines, as other checks drive it."""
+    from hdfsfuse.tokens import parse_delegation_identifier, parse_token_storage
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.minidfs", "--kerberos", "--datanodes", "1", "--rpc-protection", "integrity",
+         "--proxy-user", "hfuse", "--ticket-lifetime", "600"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def ask(**cmd: object) -> dict[str, object]:
+        proc.stdin.write(json.dumps(cmd) + "\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline())
+
+    try:
+        ready = json.loads(proc.stdout.readline())
+        k = ready["kerberos"]
+        assert k["realm"] == "EXAMPLE.COM" and k["client_principal"] == "alice@EXAMPLE.COM"
+        assert Path(k["krb5_conf"]).is_file() and Path(k["client_keytab"]).is_file()
+        assert ask(cmd="add_principal", name="bob") == {
+            "ok": True, "principal": "bob@EXAMPLE.COM", "keytab": ask(cmd="add_principal", name="bob")["keytab"]}
+        ask(cmd="mkdir", path="/c", mode="755")
+        for fmt in ("writable", "protobuf"):
+            token_file = tmp_path / f"bob.{fmt}"
+            reply = ask(cmd="delegation_token", user="bob", file=str(token_file), format=fmt)
+            assert reply["ok"] and reply["service"] == ready["namenodes"][0]["rpc"]
+            (token,) = parse_token_storage(token_file.read_bytes())  # written by Java's Credentials
+            assert token.kind == "HDFS_DELEGATION_TOKEN" and token.service == reply["service"]
+            assert parse_delegation_identifier(token.identifier).owner == "bob@EXAMPLE.COM"
+        assert ask(cmd="set_acl", path="/c", spec="user:bob:---") == {"ok": True}
+        assert ask(cmd="remove_acl", path="/c") == {"ok": True}
+        assert "error" in ask(cmd="delegation_token", user="nobody", file=str(tmp_path / "x"))
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=120)
+
+
+def test_file_being_written_grows_under_privacy(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The readable length of a block being written comes from the DataNode's IPC, authenticated
+    with the block token (DIGEST-MD5) under the cluster's privacy protection."""
+    cluster = secure(rpc_protection="privacy")
+    first, more = random_bytes(5000, seed=11), random_bytes(7000, seed=12)
+    local = tmp_path / "chunk"
+    local.write_bytes(first)
+    cluster.command("append_open", path="/grow/log", local=str(local))
+    m = mount(cluster, "direct_io", *_keytab_options(cluster), env=_no_ticket_env(tmp_path))
+    with open(m.path("/grow/log"), "rb") as f:
+        assert f.read() == first
+        local.write_bytes(more)
+        cluster.command("append_open", path="/grow/log", local=str(local))
+        wait_until(lambda: os.fstat(f.fileno()).st_size == len(first) + len(more), "the new length shows")
+        assert f.read() == more
+    cluster.command("append_close", path="/grow/log")
+
+
+@pytest.mark.parametrize("credential", ["keytab", "token"])
+async def test_concurrent_calls_keep_a_layer_in_order(secure, tmp_path: Path, monkeypatch, credential: str) -> None:  # type: ignore[no-untyped-def]
+    """Hundreds of RPCs in flight on one privacy connection: the wrapped frames must reach the
+    NameNode in the order their sequence numbers and cipher state were used."""
+    import trio
+
+    from hdfsfuse.client import ClientOptions, HdfsClient
+    from hdfsfuse.security import SecurityOptions
+
+    cluster = secure(rpc_protection="privacy")
+    for i in range(20):
+        cluster.put_bytes(b"x" * i, f"/many/f{i}")
+    monkeypatch.setenv("KRB5_CONFIG", cluster.kerberos["krb5_conf"])
+    monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path}/none")
+    if credential == "keytab":
+        sec = SecurityOptions(keytab=cluster.kerberos["client_keytab"], principal=cluster.kerberos["client_principal"])
+    else:
+        cluster.command("delegation_token", user="alice", file=str(tmp_path / "t"))
+        sec = SecurityOptions(token_file=str(tmp_path / "t"))
+    async with HdfsClient.connect(cluster.uri, conf_dir=cluster.conf_dir,
+                                  options=ClientOptions(security=sec)) as client:
+        sizes: dict[int, int] = {}
+
+        async def stat(i: int) -> None:
+            st = await client.namenode.get_file_info(f"/many/f{i % 20}")
+            assert st is not None
+            sizes[i] = st.length
+
+        async with trio.open_nursery() as n:
+            for i in range(300):
+                n.start_soon(stat, i)
+        assert sizes == {i: i % 20 for i in range(300)}
+        assert client.namenode.connects == 1 and client.namenode._conns[0].qop == "auth-conf"

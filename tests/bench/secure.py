@@ -1,0 +1,154 @@
+"""Secure-cluster figures (issue 12), every contender in the same run:
+
+    .venv/bin/python -m tests.bench.secure [--reads N] [--rounds R] [--calls N]
+
+- `start`: seconds from launching the launcher to its ready line, for a plain cluster and for a
+  secure one (MiniKdc + Kerberos + HTTPS) under each RPC protection.
+- `rtt`: one getFileInfo round trip through the library, per protection, on a connection that is
+  already authenticated (each round a fresh process: login, warm-up calls, then timed calls).
+- `w1`: random 4 KiB preads through the mount (default page-cache mode, caches dropped before
+  each round) on a plain cluster against Kerberos clusters with `authentication` and with
+  `privacy` RPC protection (both with block tokens, which the plain cluster lacks); reads/s and
+  the daemon's CPU per read. Rounds are interleaved; the first 200 reads of each
+  round are a warm-up kept out of the figures.
+
+Prints one JSON document. Wall-clock figures on a noisy 2-core machine: read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from tests.bench.run import _process_cpu, daemon_pid, drop_caches
+from tests.minidfs import ClusterOptions, MiniDfs
+from tests.mounting import Mount
+
+MiB = 1 << 20
+WARMUP = 200
+PROTECTIONS = ("authentication", "integrity", "privacy")
+
+_RTT_WORKER = """
+import json, statistics, sys, time, trio
+from hdfsfuse.client import ClientOptions, HdfsClient
+from hdfsfuse.security import SecurityOptions
+uri, conf, keytab, principal, calls = sys.argv[1:6]
+async def main():
+    sec = SecurityOptions(keytab=keytab, principal=principal) if keytab else SecurityOptions()
+    async with HdfsClient.connect(uri, conf_dir=conf, options=ClientOptions(security=sec)) as c:
+        for _ in range(50):
+            await c.namenode.get_file_info("/w1")
+        samples = []
+        for _ in range(int(calls)):
+            t = time.perf_counter()
+            await c.namenode.get_file_info("/w1")
+            samples.append(time.perf_counter() - t)
+        print(json.dumps({"median_ms": statistics.median(samples) * 1000}))
+trio.run(main)
+"""
+
+
+def _start(label: str, options: ClusterOptions) -> tuple[MiniDfs, float]:
+    t = time.monotonic()
+    cluster = MiniDfs(options).start()
+    elapsed = time.monotonic() - t
+    print(f"{label}: ready in {elapsed:.1f}s", file=sys.stderr)
+    return cluster, elapsed
+
+
+def _keytab(cluster: MiniDfs) -> tuple[str, str]:
+    if "kerberos" not in cluster.ready:
+        return "", ""
+    return cluster.kerberos["client_keytab"], cluster.kerberos["client_principal"]
+
+
+def _rtt(cluster: MiniDfs, calls: int) -> float:
+    keytab, principal = _keytab(cluster)
+    env = {**os.environ, **cluster.krb5_env(), "KRB5CCNAME": "FILE:/nonexistent"}
+    out = subprocess.run([sys.executable, "-c", _RTT_WORKER, cluster.uri, cluster.conf_dir, keytab, principal,
+                          str(calls)], capture_output=True, text=True, check=True, env=env).stdout
+    return float(json.loads(out.strip().splitlines()[-1])["median_ms"])
+
+
+def _w1_round(mount: Mount, reads: int, size: int, seed: int) -> dict[str, float]:
+    drop_caches()
+    rng = random.Random(seed)
+    offsets = [rng.randrange(0, size - 4096) for _ in range(reads)]
+    pid = daemon_pid(mount)
+    fd = os.open(mount.path("/w1"), os.O_RDONLY)
+    try:
+        for off in offsets[:WARMUP]:
+            os.pread(fd, 4096, off)
+        cpu = _process_cpu(pid)
+        t = time.perf_counter()
+        for off in offsets[WARMUP:]:
+            if len(os.pread(fd, 4096, off)) != 4096:
+                raise RuntimeError("short read")
+        elapsed = time.perf_counter() - t
+        cpu = _process_cpu(pid) - cpu
+    finally:
+        os.close(fd)
+    n = reads - WARMUP
+    return {"reads_per_s": n / elapsed, "daemon_cpu_us_per_read": cpu / n * 1e6}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--reads", type=int, default=2000)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--calls", type=int, default=300)
+    a = p.parse_args()
+    clusters: dict[str, MiniDfs] = {}
+    start: dict[str, float] = {}
+    try:
+        clusters["simple"], start["simple"] = _start("simple", ClusterOptions(datanodes=1))
+        for prot in PROTECTIONS:
+            clusters[prot], start[prot] = _start(prot, ClusterOptions(datanodes=1, kerberos=True, rpc_protection=prot))
+        size = 64 * MiB
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(random.Random(1).randbytes(size))
+            f.flush()
+            for c in clusters.values():
+                c.put(f.name, "/w1")
+        rtt: dict[str, list[float]] = {name: [] for name in clusters}
+        for _ in range(a.rounds):
+            for name, c in clusters.items():
+                rtt[name].append(_rtt(c, a.calls))
+        mounts = {}
+        with tempfile.TemporaryDirectory() as empty:
+            for name in ("simple", "authentication", "privacy"):
+                keytab, principal = _keytab(clusters[name])
+                opts = [f"keytab={keytab}", f"principal={principal}"] if keytab else []
+                mounts[name] = Mount(clusters[name], *opts, env={"KRB5CCNAME": f"FILE:{empty}/none"})
+            try:
+                w1: dict[str, list[dict[str, float]]] = {name: [] for name in mounts}
+                for r in range(a.rounds):
+                    for name, m in mounts.items():
+                        w1[name].append(_w1_round(m, a.reads, size, seed=r))
+            finally:
+                for m in mounts.values():
+                    m.unmount()
+        w1_median = {name: {k: statistics.median(x[k] for x in rounds) for k in rounds[0]}
+                     for name, rounds in w1.items()}
+        report = {
+            "start_seconds": {k: round(v, 1) for k, v in start.items()},
+            "getfileinfo_rtt_ms": {k: round(statistics.median(v), 3) for k, v in rtt.items()},
+            "w1_mount": {k: {m: round(x, 1) for m, x in v.items()} for k, v in w1_median.items()},
+            "w1_vs_simple": {name: round(w1_median[name]["reads_per_s"] / w1_median["simple"]["reads_per_s"], 3)
+                             for name in ("authentication", "privacy")},
+        }
+        print(json.dumps(report, indent=2))
+    finally:
+        for c in clusters.values():
+            c.stop()
+
+
+if __name__ == "__main__":
+    main()
