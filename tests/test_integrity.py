@@ -412,7 +412,7 @@ def test_negative_cache_is_bounded() -> None:
     from hdfsfuse.options import MountOptions
     from hdfsfuse.stats import Stats
 
-    client = SimpleNamespace(namenode=None, stats=Stats())
+    client = SimpleNamespace(namenode=None, stats=Stats(), credentials=None)
     ops = HdfsOperations(client, "/", MountOptions(), "/mnt", None)  # type: ignore[arg-type]
     for i in range(3 * NEGATIVE_CACHE_MAX):
         ops._remember_missing((1, f"missing-{i}".encode()))
