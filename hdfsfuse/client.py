@@ -29,8 +29,8 @@ from hdfsfuse import dtp, ipc
 from hdfsfuse.blockmap import BlockMap
 from hdfsfuse.config import ClusterSettings, NameNodeTarget, load_hadoop_conf, resolve_uri
 from hdfsfuse.datanode import ConnectFailed, ConnectionPool, Timeouts, read_replica
+from hdfsfuse.dnsecurity import DataTransferSecurity
 from hdfsfuse.errors import (
-    AuthenticationRequired,
     BlockUnavailable,
     ChecksumMismatch,
     FileChanged,
@@ -43,7 +43,7 @@ from hdfsfuse.hedging import HedgeTimer, Race
 from hdfsfuse.kerberos import KeytabLogin
 from hdfsfuse.namenode import FileStatus, LocatedBlock, NameNodeClient, resolve_user
 from hdfsfuse.planner import Piece, clamp
-from hdfsfuse.proto import hdfs_pb2
+from hdfsfuse.proto import hdfs_pb2, rpc_pb2
 from hdfsfuse.replicas import ReplicaPolicy
 from hdfsfuse.rpc import RpcConnection
 from hdfsfuse.security import Credentials, RpcAuth, SecurityOptions, keep_login_fresh
@@ -95,6 +95,7 @@ class BlockPlan:
     header_field: bytes  # OpReadBlockProto field 1, encoded
     replicas: list[tuple[str, tuple[hdfs_pb2.DatanodeInfoProto, str]]]  # (address, (DatanodeInfo, description))
     what: str
+    token: rpc_pb2.TokenProto  # the block token: a SASL handshake's credentials
 
 
 class HdfsFile:
@@ -139,7 +140,7 @@ class HdfsFile:
                 address = xfer_address(loc, use_hostname)
                 replicas.append((address, (loc, f"{what} on DataNode {address}")))
             header = dtp.header_field(dtp.encode_op_header(block.b, block.blockToken, client_name))
-            plan = self._plans[start] = BlockPlan(header, replicas, what)
+            plan = self._plans[start] = BlockPlan(header, replicas, what, block.blockToken)
         return plan
 
 
@@ -165,6 +166,8 @@ class HdfsClient:
     ) -> None:
         self.namenode = namenode
         self.credentials: Credentials | None = None
+        self.dn_security: DataTransferSecurity | None = None  # SASL on DataNode connections, when needed
+        self._transfer_checked = False
         self.options = options or ClientOptions()
         self.stats = stats or Stats()
         self.settings = settings or ClusterSettings()
@@ -248,18 +251,15 @@ class HdfsClient:
             raise NotSupported(f"{path}: files in an encryption zone are not supported")
 
     async def check_data_transfer(self) -> None:
-        """Refuse, from the cluster's own settings, DataNode connections that need SASL."""
+        """Decide, from the configuration and the server defaults, whether DataNode connections
+        may need SASL (`dn_security`; None keeps the read path free of it)."""
+        if self._transfer_checked:
+            return
         defaults = await self.namenode.get_server_defaults()
-        if defaults.encryptDataTransfer:
-            raise NotSupported(
-                "the cluster sets dfs.encrypt.data.transfer=true (encryptDataTransfer in the server "
-                "defaults); hdfsfuse does not support encrypted data transfer"
-            )
-        if self.settings.data_transfer_protection:
-            raise AuthenticationRequired(
-                f"the cluster sets dfs.data.transfer.protection={self.settings.data_transfer_protection}; "
-                "hdfsfuse does not support SASL on DataNode connections"
-            )
+        kerberos = self.credentials is not None and self.credentials.kerberos
+        if defaults.encryptDataTransfer or (kerberos and self.settings.data_transfer_protection):
+            self.dn_security = DataTransferSecurity(self.namenode, self.settings, self.stats, kerberos=kerberos)
+        self._transfer_checked = True
 
     async def refresh(self, file: HdfsFile) -> None:
         """Fetch fresh locations and tokens for the file's first window and its last block, and its length."""
@@ -409,8 +409,7 @@ class HdfsClient:
             f"{file.path}: the block at file offset {piece.block_start} (reading offset "
             f"{piece.block_start + piece.offset_in_block}) was not read within {total:g}s; {detail}"
         )
-        log.error("%s", message)
-        raise BlockUnavailable(message)
+        raise BlockUnavailable(message)  # logged once, where it is answered (the FUSE boundary)
 
     async def _read_piece_with_failover(self, file: HdfsFile, piece: Piece, failures: dict[str, str]) -> bytearray:
         token_refreshed = False
@@ -437,8 +436,7 @@ class HdfsClient:
             await self._locate(file, piece.block_start, 1)
         detail = "; ".join(f"{a}: {why}" for a, why in failures.items()) or "the block has no replicas"
         message = f"{file.path}: could not read block {block.b.blockId} from any replica: {detail}"
-        log.error("%s", message)
-        raise BlockUnavailable(message)
+        raise BlockUnavailable(message)  # logged once, where it is answered (the FUSE boundary)
 
     async def _read_replicas(
         self, file: HdfsFile, piece: Piece, plan: BlockPlan, failures: dict[str, str],
@@ -460,6 +458,7 @@ class HdfsClient:
                 data = await read_replica(
                     self.pool, address, request, piece.offset_in_block, piece.length,
                     description, self.options.timeouts, self.stats,
+                    None if self.dn_security is None else self.dn_security.for_block(plan.token),
                 )
             except (HdfsError, ProtocolError) as e:
                 return e

@@ -83,6 +83,7 @@ class ClusterSettings:
     rpc_protection: str = ""  # hadoop.rpc.protection ("" = not configured)
     namenode_principal: str = ""  # dfs.namenode.kerberos.principal, maybe with _HOST
     fallback_to_simple: bool = False  # ipc.client.fallback-to-simple-auth-allowed
+    cipher_suites: str = ""  # dfs.encrypt.data.transfer.cipher.suites: AES/CTR after a DataNode handshake
 
     @classmethod
     def from_conf(cls, conf: dict[str, str]) -> ClusterSettings:
@@ -99,6 +100,7 @@ class ClusterSettings:
             rpc_protection=conf.get("hadoop.rpc.protection", "").strip(),
             namenode_principal=conf.get("dfs.namenode.kerberos.principal", "").strip(),
             fallback_to_simple=flag("ipc.client.fallback-to-simple-auth-allowed"),
+            cipher_suites=conf.get("dfs.encrypt.data.transfer.cipher.suites", "").strip(),
         )
 
 

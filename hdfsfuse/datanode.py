@@ -7,6 +7,9 @@ Does I/O. The byte layouts live in `hdfsfuse.dtp`; choosing replicas lives in `h
 - `read_replica()` sends one OP_READ_BLOCK, parses the response with a read timeout on every
   wait, and retries once on a fresh socket when a pooled one turns out to be stale (that does
   not count as a DataNode failure). A cancelled or failed read closes its socket.
+- A new connection to a DataNode that needs SASL (`hdfsfuse.dnsecurity` decides) makes the
+  handshake first (`hdfsfuse.dtp_sasl`); it then carries its layer (DIGEST frames or AES/CTR)
+  for its whole life, pooled or not.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ import collections
 import dataclasses
 import logging
 import socket
+from typing import Protocol
 
 import trio
 
 from hdfsfuse import dtp
+from hdfsfuse.dtp_sasl import DataTransferSaslClient, DataTransferSaslError, StreamLayer, UnknownEncryptionKey
 from hdfsfuse.errors import ConnectionLost, RpcTimeout
 from hdfsfuse.stats import Stats
 from hdfsfuse.wire import NEED_DATA
@@ -58,7 +63,7 @@ class DnConnection:
     least once, so the task still yields to others on every operation.
     """
 
-    __slots__ = ("address", "sock", "waited", "waits")
+    __slots__ = ("address", "layer", "sock", "waited", "waits")
 
     def __init__(self, sock: socket.socket, address: str) -> None:
         sock.setblocking(False)
@@ -66,8 +71,11 @@ class DnConnection:
         self.address = address
         self.waited = False
         self.waits = 0  # receive waits so far (each one let other tasks run)
+        self.layer: StreamLayer | None = None  # SASL's integrity or privacy layer, once negotiated
 
     async def send_all(self, data: bytes) -> None:
+        if self.layer is not None:
+            data = self.layer.seal(data)
         view = memoryview(data)
         while view:
             try:
@@ -79,13 +87,20 @@ class DnConnection:
             view = view[n:]
 
     async def receive(self, max_bytes: int) -> bytes:
+        """The next bytes (plaintext under a layer); b"" at EOF."""
         while True:
             try:
-                return self.sock.recv(max_bytes)
+                data = self.sock.recv(max_bytes)
             except BlockingIOError:
                 self.waited = True
                 self.waits += 1
                 await trio.lowlevel.wait_readable(self.sock)
+                continue
+            if self.layer is None or not data:
+                return data
+            plain = self.layer.open(data)
+            if plain:
+                return plain
 
     def close(self) -> None:
         trio.lowlevel.notify_closing(self.sock)
@@ -149,6 +164,13 @@ class ConnectionPool:
         self._count = 0
 
 
+class Security(Protocol):
+    """What a new connection needs for SASL (`hdfsfuse.dnsecurity`, bound to one block's token)."""
+
+    async def handshake(self, address: str) -> DataTransferSaslClient | None: ...
+    def forget_key(self) -> None: ...
+
+
 class _Stale(Exception):
     """A pooled connection was already closed by the DataNode."""
 
@@ -164,6 +186,31 @@ async def _connect(address: str, timeouts: Timeouts) -> DnConnection:
         raise ConnectFailed(f"cannot connect to DataNode {address}: {e.strerror or e}") from None
     # trio sets TCP_NODELAY; take the plain socket over for the non-blocking fast path.
     return DnConnection(socket.socket(fileno=stream.socket.detach()), address)
+
+
+async def _negotiate(conn: DnConnection, client: DataTransferSaslClient, timeouts: Timeouts) -> None:
+    """The SASL handshake on a new connection, before its first op; then the layer is on."""
+    try:
+        with trio.fail_after(timeouts.read):
+            await conn.send_all(client.start())
+            while not client.done:
+                data = await conn.receive(65536)
+                if not data:
+                    raise DataTransferSaslError(
+                        f"DataNode {conn.address} closed the connection during the SASL handshake; does the "
+                        f"cluster's setting match {client.setting}?"
+                    )
+                reply = client.receive(data)
+                if reply:
+                    await conn.send_all(reply)
+    except trio.TooSlowError:
+        raise DataNodeTimeout(f"DataNode {conn.address}: no SASL answer within {timeouts.read:g}s") from None
+    except OSError as e:
+        raise DataTransferSaslError(
+            f"DataNode {conn.address} dropped the connection during the SASL handshake ({e}); does the cluster's "
+            f"setting match {client.setting}?"
+        ) from None
+    conn.layer = client.layer
 
 
 async def _exchange(
@@ -242,10 +289,14 @@ async def _exchange(
 
 async def read_replica(
     pool: ConnectionPool, address: str, request: bytes, offset: int, length: int, what: str,
-    timeouts: Timeouts, stats: Stats,
+    timeouts: Timeouts, stats: Stats, security: Security | None = None,
 ) -> bytearray:
-    """Read exactly `length` bytes at block `offset` from the DataNode at `address`."""
+    """Read exactly `length` bytes at block `offset` from the DataNode at `address`.
+
+    `security` (with the block's token): a new connection makes the SASL handshake it asks for.
+    """
     attempts = 0
+    new_key = False
     while True:
         attempts += 1
         conn = pool.take(address) if attempts == 1 else None
@@ -253,6 +304,22 @@ async def read_replica(
         if conn is None:
             conn = await _connect(address, timeouts)
             stats.dn_connects += 1
+            if security is not None:
+                try:
+                    client = await security.handshake(address)
+                    if client is not None:
+                        await _negotiate(conn, client, timeouts)
+                        stats.dn_sasl[client.layer_name] += 1
+                except UnknownEncryptionKey:
+                    conn.close()
+                    if new_key:
+                        raise
+                    new_key = True  # the key expired or rolled: once more with a fresh one
+                    security.forget_key()
+                    continue
+                except BaseException:
+                    conn.close()
+                    raise
         else:
             stats.dn_reuses += 1
         parser = dtp.ReadBlockParser(offset, length, what)

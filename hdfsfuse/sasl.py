@@ -52,7 +52,8 @@ def parse_protection(value: str, key: str = "hadoop.rpc.protection") -> tuple[st
     return tuple(PROTECTION_QOPS[v] for v in levels)
 
 
-def choose_qop(offered: list[str], wanted: tuple[str, ...] | None, peer: str) -> str:
+def choose_qop(offered: list[str], wanted: tuple[str, ...] | None, peer: str,
+               setting: str = "hadoop.rpc.protection") -> str:
     """The client's first wanted QOP the server offers; with nothing configured, the strongest."""
     if wanted is None:
         for qop in ("auth-conf", "auth-int", "auth"):
@@ -64,7 +65,8 @@ def choose_qop(offered: list[str], wanted: tuple[str, ...] | None, peer: str) ->
                 return qop
     have = ",".join(QOP_NAMES.get(q, q) for q in offered) or "nothing"
     want = ",".join(QOP_NAMES[q] for q in wanted) if wanted else "any"
-    raise SaslError(f"{peer} requires RPC protection {have}, but hadoop.rpc.protection here is {want}")
+    what = "RPC protection" if setting == "hadoop.rpc.protection" else "protection"
+    raise SaslError(f"{peer} requires {what} {have}, but {setting} here is {want}")
 
 
 def gss_layer_reply(offer: bytes, wanted: tuple[str, ...] | None, peer: str) -> tuple[str, bytes]:
@@ -144,13 +146,14 @@ class DigestMd5Client:
 
     def __init__(self, username: str, password: str, *, protocol: str = "", server: str = "default",
                  cnonce: str | None = None, wanted: tuple[str, ...] | None = ("auth",), peer: str = "the server",
-                 ) -> None:
+                 setting: str = "hadoop.rpc.protection") -> None:
         self.username = username
         self.password = password
         self.digest_uri = f"{protocol}/{server}"
         self.cnonce = cnonce or base64.b64encode(os.urandom(24)).decode()
         self.wanted = wanted
         self.peer = peer
+        self.setting = setting  # the configuration key behind `wanted`, for messages
         self.qop = ""
         self.cipher = ""
         self.layer: DigestLayer | None = None
@@ -165,7 +168,7 @@ class DigestMd5Client:
         if d.get("algorithm", "").lower() != "md5-sess":
             raise SaslError(f"unsupported DIGEST-MD5 algorithm {d.get('algorithm')!r}")
         offered = [q.strip() for q in d.get("qop", "auth").split(",")]
-        qop = self.qop = choose_qop(offered, self.wanted, self.peer)
+        qop = self.qop = choose_qop(offered, self.wanted, self.peer, self.setting)
         if qop == "auth-conf":
             ciphers = [c.strip() for c in d.get("cipher", "").split(",")]
             self.cipher = next((c for c in CIPHER_PREFERENCE if c in ciphers), "")

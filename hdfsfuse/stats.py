@@ -15,6 +15,9 @@ class Stats:
     dn_payload_bytes: int = 0  # data bytes DataNodes sent us, chunk alignment included
     dtp_read_ops: int = 0
     dn_connects: int = 0
+    # DataNode SASL handshakes by the layer they set up: "auth", "auth-int", "auth-conf/3des", "AES/CTR"
+    dn_sasl: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    encryption_key_fetches: int = 0  # data-encryption keys fetched from the NameNode
     dn_reuses: int = 0
     dn_stale_retries: int = 0
     checksum_failures: int = 0
@@ -47,6 +50,8 @@ def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failove
         "fuse_reads": stats.fuse_reads,
         "dtp_read_ops": stats.dtp_read_ops,
         "datanode_connects": stats.dn_connects,
+        "datanode_sasl_handshakes": dict(stats.dn_sasl),
+        "encryption_key_fetches": stats.encryption_key_fetches,
         "datanode_reuses": stats.dn_reuses,
         "datanode_stale_retries": stats.dn_stale_retries,
         "checksum_failures": stats.checksum_failures,
@@ -72,6 +77,8 @@ _HELP = {
     "fuse_reads": "FUSE read requests served.",
     "dtp_read_ops": "DataTransferProtocol READ_BLOCK operations sent.",
     "datanode_connects": "New TCP connections to DataNodes.",
+    "datanode_sasl_handshakes": "SASL handshakes on new DataNode connections, by the layer they set up.",
+    "encryption_key_fetches": "Data-encryption keys fetched from the NameNode (dfs.encrypt.data.transfer).",
     "datanode_reuses": "READ_BLOCK operations on a pooled connection.",
     "datanode_stale_retries": "Pooled connections found closed and retried.",
     "checksum_failures": "Checksum mismatches detected.",
@@ -88,7 +95,7 @@ _HELP = {
     "datanode_latency_ms": "Each DataNode's recent expected time for a 4 KiB read (milliseconds).",
 }
 _LABELS = {"namenode_rpcs": "method", "cache_hits": "cache", "cache_misses": "cache",
-           "datanode_latency_ms": "datanode"}
+           "datanode_latency_ms": "datanode", "datanode_sasl_handshakes": "layer"}
 
 
 def prometheus(snap: dict[str, object]) -> str:

@@ -1,6 +1,8 @@
 """Secure-cluster figures (issue 12), every contender in the same run:
 
-    .venv/bin/python -m tests.bench.secure [--reads N] [--rounds R] [--calls N]
+    .venv/bin/python -m tests.bench.secure [--only rpc|transfer] [--reads N] [--rounds R] [--calls N]
+
+RPC (issue 12):
 
 - `start`: seconds from launching the launcher to its ready line, for a plain cluster and for a
   secure one (MiniKdc + Kerberos + HTTPS) under each RPC protection.
@@ -11,6 +13,15 @@
   `privacy` RPC protection (both with block tokens, which the plain cluster lacks); reads/s and
   the daemon's CPU per read. Rounds are interleaved; the first 200 reads of each
   round are a warm-up kept out of the figures.
+
+Data transfer (issue 13), through the mount (default page-cache mode), on a plain cluster and
+on Kerberos clusters with dfs.data.transfer.protection=integrity, =privacy (DIGEST-MD5 auth-conf,
+3des) and =privacy with dfs.encrypt.data.transfer and AES/CTR:
+
+- `w1`: random 4 KiB preads (page-aligned, caches dropped), reads/s, the daemon's CPU per read,
+  BytesRead amplification (the DataNodes' own counter) and wire amplification (nftables: every
+  byte the DataNodes' transfer ports sent, IP/TCP headers and SASL framing included);
+- `w3`: one sequential read of a 64 MiB file (caches dropped), MB/s.
 
 Prints one JSON document. Wall-clock figures on a noisy 2-core machine: read the ratios.
 """
@@ -77,10 +88,12 @@ def _rtt(cluster: MiniDfs, calls: int) -> float:
     return float(json.loads(out.strip().splitlines()[-1])["median_ms"])
 
 
-def _w1_round(mount: Mount, reads: int, size: int, seed: int) -> dict[str, float]:
+def _w1_round(mount: Mount, reads: int, size: int, seed: int, aligned: bool = False) -> dict[str, float]:
     drop_caches()
     rng = random.Random(seed)
     offsets = [rng.randrange(0, size - 4096) for _ in range(reads)]
+    if aligned:
+        offsets = [off // 4096 * 4096 for off in offsets]
     pid = daemon_pid(mount)
     fd = os.open(mount.path("/w1"), os.O_RDONLY)
     try:
@@ -99,12 +112,97 @@ def _w1_round(mount: Mount, reads: int, size: int, seed: int) -> dict[str, float
     return {"reads_per_s": n / elapsed, "daemon_cpu_us_per_read": cpu / n * 1e6}
 
 
+TRANSFER_MODES = {
+    "plain": ClusterOptions(datanodes=1),
+    "integrity": ClusterOptions(datanodes=1, kerberos=True, data_transfer_protection="integrity"),
+    "privacy (DIGEST 3des)": ClusterOptions(datanodes=1, kerberos=True, data_transfer_protection="privacy"),
+    "privacy + AES/CTR": ClusterOptions(datanodes=1, kerberos=True, data_transfer_protection="privacy",
+                                        encrypt_data_transfer=True),
+}
+
+
+def _w3_round(mount: Mount, size: int) -> float:
+    drop_caches()
+    t = time.perf_counter()
+    n = 0
+    with open(mount.path("/w1"), "rb", buffering=0) as f:
+        while chunk := f.read(1 << 20):
+            n += len(chunk)
+    if n != size:
+        raise RuntimeError("short sequential read")
+    return size / (time.perf_counter() - t) / 1e6
+
+
+def transfer(a: argparse.Namespace) -> dict[str, object]:
+    clusters: dict[str, MiniDfs] = {}
+    mounts: dict[str, Mount] = {}
+    size = 64 * MiB
+    try:
+        for name, options in TRANSFER_MODES.items():
+            clusters[name], _ = _start(name, options)
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(random.Random(1).randbytes(size))
+            f.flush()
+            for c in clusters.values():
+                c.put(f.name, "/w1")
+        with tempfile.TemporaryDirectory() as empty:
+            for name, c in clusters.items():
+                keytab, principal = _keytab(c)
+                opts = [f"keytab={keytab}", f"principal={principal}"] if keytab else []
+                mounts[name] = Mount(c, *opts, env={"KRB5CCNAME": f"FILE:{empty}/none"})
+            w1: dict[str, list[dict[str, float]]] = {name: [] for name in mounts}
+            w3: dict[str, list[float]] = {name: [] for name in mounts}
+            for r in range(a.rounds):
+                for name, m in mounts.items():
+                    c = clusters[name]
+                    before = c.metrics_total()
+                    with c.wire() as wire:
+                        result = _w1_round(m, a.reads, size, seed=r, aligned=True)
+                    after = c.metrics_total()
+                    app = a.reads * 4096
+                    result["bytesread_amp"] = (after["BytesRead"] - before["BytesRead"]) / app
+                    result["wire_amp"] = wire.bytes / app
+                    w1[name].append(result)
+                for name, m in mounts.items():
+                    w3[name].append(_w3_round(m, size))
+    finally:
+        for m in mounts.values():
+            m.unmount()
+        for c in clusters.values():
+            c.stop()
+    w1_median = {name: {k: statistics.median(x[k] for x in rounds) for k in rounds[0]} for name, rounds in w1.items()}
+    w3_median = {name: statistics.median(v) for name, v in w3.items()}
+    plain_w1, plain_w3 = w1_median["plain"]["reads_per_s"], w3_median["plain"]
+    return {
+        name: {
+            "w1_reads_per_s": round(w1_median[name]["reads_per_s"], 1),
+            "w1_vs_plain": round(w1_median[name]["reads_per_s"] / plain_w1, 3),
+            "w1_daemon_cpu_us_per_read": round(w1_median[name]["daemon_cpu_us_per_read"], 1),
+            "w1_bytesread_amp": round(w1_median[name]["bytesread_amp"], 4),
+            "w1_wire_amp": round(w1_median[name]["wire_amp"], 4),
+            "w3_mb_per_s": round(w3_median[name], 1),
+            "w3_vs_plain": round(w3_median[name] / plain_w3, 3),
+        }
+        for name in TRANSFER_MODES
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", choices=["rpc", "transfer"])
     p.add_argument("--reads", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--calls", type=int, default=300)
     a = p.parse_args()
+    report: dict[str, object] = {}
+    if a.only != "transfer":
+        report["rpc"] = rpc(a)
+    if a.only != "rpc":
+        report["transfer"] = transfer(a)
+    print(json.dumps(report, indent=2))
+
+
+def rpc(a: argparse.Namespace) -> dict[str, object]:
     clusters: dict[str, MiniDfs] = {}
     start: dict[str, float] = {}
     try:
@@ -137,14 +235,13 @@ def main() -> None:
                     m.unmount()
         w1_median = {name: {k: statistics.median(x[k] for x in rounds) for k in rounds[0]}
                      for name, rounds in w1.items()}
-        report = {
+        return {
             "start_seconds": {k: round(v, 1) for k, v in start.items()},
             "getfileinfo_rtt_ms": {k: round(statistics.median(v), 3) for k, v in rtt.items()},
             "w1_mount": {k: {m: round(x, 1) for m, x in v.items()} for k, v in w1_median.items()},
             "w1_vs_simple": {name: round(w1_median[name]["reads_per_s"] / w1_median["simple"]["reads_per_s"], 3)
                              for name in ("authentication", "privacy")},
         }
-        print(json.dumps(report, indent=2))
     finally:
         for c in clusters.values():
             c.stop()

@@ -1,0 +1,88 @@
+"""Which DataNode connections negotiate SASL, and with what credentials.
+
+Owns the decision for each new DataNode connection (`dtp_sasl.handshake_kind`, from the client
+configuration and the NameNode's server defaults) and the data-encryption key for
+dfs.encrypt.data.transfer: fetched from the NameNode (getDataEncryptionKey) once, kept until a
+minute before it expires, and dropped when a DataNode no longer knows it. Does I/O (NameNode
+calls); the handshake itself is pure (`hdfsfuse.dtp_sasl`), driven by `hdfsfuse.datanode`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import trio
+
+from hdfsfuse.config import ClusterSettings
+from hdfsfuse.dtp_sasl import DataTransferSaslClient, handshake_kind
+from hdfsfuse.namenode import NameNodeClient
+from hdfsfuse.proto import hdfs_pb2, rpc_pb2
+from hdfsfuse.stats import Stats
+
+log = logging.getLogger(__name__)
+
+KEY_MARGIN_SECONDS = 60.0  # renew the data-encryption key this long before the NameNode's expiry
+
+
+class DataTransferSecurity:
+    def __init__(self, namenode: NameNodeClient, settings: ClusterSettings, stats: Stats, *, kerberos: bool) -> None:
+        self.namenode = namenode
+        self.settings = settings
+        self.stats = stats
+        self.kerberos = kerberos
+        self._key: hdfs_pb2.DataEncryptionKeyProto | None = None
+        self._key_lock = trio.Lock()
+
+    async def client_for(self, address: str, token: rpc_pb2.TokenProto) -> DataTransferSaslClient | None:
+        """The handshake a new connection to `address` must make first, or None."""
+        port = int(address.rpartition(":")[2])
+        encrypt = (await self.namenode.get_server_defaults()).encryptDataTransfer
+        key = await self._encryption_key() if encrypt else None
+        kind = handshake_kind(kerberos=self.kerberos, encrypt=key is not None,
+                              protection=self.settings.data_transfer_protection, xfer_port=port)
+        suites = self.settings.cipher_suites
+        if kind == "encrypted":
+            assert key is not None
+            return DataTransferSaslClient.encrypted(key, suites, address)
+        if kind == "general":
+            return DataTransferSaslClient.general(token, self.settings.data_transfer_protection, suites, address)
+        return None
+
+    def forget_key(self) -> None:
+        """A DataNode did not know the key (expired or rolled): the next handshake fetches a new one."""
+        self._key = None
+
+    def for_block(self, token: rpc_pb2.TokenProto) -> BlockSecurity:
+        return BlockSecurity(self, token)
+
+    async def _encryption_key(self) -> hdfs_pb2.DataEncryptionKeyProto | None:
+        async with self._key_lock:
+            key = self._key
+            if key is not None and key.expiryDate / 1000 - KEY_MARGIN_SECONDS > time.time():
+                return key
+            r = await self.namenode.call("getDataEncryptionKey", hdfs_pb2.GetDataEncryptionKeyRequestProto(),
+                                         hdfs_pb2.GetDataEncryptionKeyResponseProto)
+            self.stats.encryption_key_fetches += 1
+            # No key (block tokens off): Java then skips the encrypted handshake too.
+            self._key = r.dataEncryptionKey if r.HasField("dataEncryptionKey") else None
+            if self._key is not None:
+                log.debug("data-encryption key %d, valid until %s", self._key.keyId,
+                          time.strftime("%H:%M:%S", time.localtime(self._key.expiryDate / 1000)))
+            return self._key
+
+
+class BlockSecurity:
+    """`DataTransferSecurity` bound to one block's token: what `datanode.read_replica` asks."""
+
+    __slots__ = ("_security", "_token")
+
+    def __init__(self, security: DataTransferSecurity, token: rpc_pb2.TokenProto) -> None:
+        self._security = security
+        self._token = token
+
+    async def handshake(self, address: str) -> DataTransferSaslClient | None:
+        return await self._security.client_for(address, self._token)
+
+    def forget_key(self) -> None:
+        self._security.forget_key()

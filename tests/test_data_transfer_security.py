@@ -1,0 +1,140 @@
+"""SASL and encryption on DataNode connections, through the real mount on real secure clusters.
+
+The matrix {authentication, integrity, privacy} x {dfs.encrypt.data.transfer off, on with AES}:
+byte-exact sequential and random reads, exact BytesRead, the layer each handshake set up;
+then a corrupt replica under privacy, an unknown data-encryption key, and a QOP mismatch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.conftest import random_bytes, wait_until
+from tests.minidfs import ClusterOptions, MiniDfs
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts need root")
+
+MiB = 1 << 20
+LAYERS = {"authentication": "auth", "integrity": "auth-int", "privacy": "auth-conf/3des"}
+
+
+@pytest.fixture(scope="module")
+def secure() -> Iterator[Callable[..., MiniDfs]]:
+    clusters: dict[tuple[tuple[str, object], ...], MiniDfs] = {}
+
+    def get(**options: object) -> MiniDfs:
+        options = {"kerberos": True, "datanodes": 2, **options}
+        key = tuple(sorted(options.items()))
+        if key not in clusters:
+            clusters[key] = MiniDfs(ClusterOptions(**options)).start()  # type: ignore[arg-type]
+        return clusters[key]
+
+    yield get
+    for c in clusters.values():
+        c.stop()
+
+
+def _keytab(cluster: MiniDfs) -> list[str]:
+    k = cluster.kerberos
+    return [f"keytab={k['client_keytab']}", f"principal={k['client_principal']}"]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {"KRB5CCNAME": f"FILE:{tmp_path}/none", "HADOOP_TOKEN_FILE_LOCATION": ""}
+
+
+def _stats(mount) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    return json.loads(os.getxattr(mount.dir, "user.hdfsfuse.stats"))
+
+
+@pytest.mark.parametrize("encrypt", [False, True], ids=["sasl", "aes"])
+@pytest.mark.parametrize("protection", ["authentication", "integrity", "privacy"])
+def test_reads_are_exact_in_every_mode(secure, mount, tmp_path: Path, protection: str, encrypt: bool) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure(data_transfer_protection=protection, encrypt_data_transfer=encrypt)
+    name = f"/m/{protection}-{encrypt}"
+    data = cluster.put_bytes(random_bytes(3 * MiB + 1234, seed=hash(name) & 0xFFFF), name)
+    seq = mount(cluster, *_keytab(cluster), env=_env(tmp_path))
+    assert Path(seq.path(name)).read_bytes() == data  # sequential, in the default page-cache mode
+    rnd = mount(cluster, "direct_io", *_keytab(cluster), env=_env(tmp_path))
+    rng = random.Random(7)
+    offsets = [rng.randrange(0, len(data) - 4096) // 4096 * 4096 for _ in range(40)]
+    before = cluster.metrics_total()
+    fd = os.open(rnd.path(name), os.O_RDONLY)
+    try:
+        for off in offsets:
+            assert os.pread(fd, 4096, off) == data[off : off + 4096]
+        odd = os.pread(fd, 1000, 1_000_001)  # unaligned: chunk alignment, still exact bytes
+        assert odd == data[1_000_001:1_001_001]
+    finally:
+        os.close(fd)
+    after = cluster.metrics_after(before, len(offsets) + 1)
+    assert after["BytesRead"] - before["BytesRead"] <= 1.02 * (len(offsets) * 4096 + 1000) + 512
+    layers = _stats(rnd)["datanode_sasl_handshakes"]
+    expected = "AES/CTR" if encrypt else LAYERS[protection]
+    assert set(layers) == {expected}, layers  # type: ignore[arg-type]
+    assert _stats(rnd)["datanode_reuses"] > 0  # pooled connections kept their layer
+
+
+def test_corrupt_replica_under_privacy_fails_over(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure(data_transfer_protection="privacy")
+    data = cluster.put_bytes(random_bytes(600_000, seed=3), "/corrupt/f", replication=2)
+    bad = cluster.blocks("/corrupt/f")[0]["xfer"][0]
+    cluster.corrupt_replica("/corrupt/f", 0, bad, offset=4096, length=8)
+    m = mount(cluster, "direct_io", *_keytab(cluster), env=_env(tmp_path))
+    for _ in range(4):  # whichever replica comes first, the bytes are right
+        assert Path(m.path("/corrupt/f")).read_bytes() == data
+    stats = _stats(m)
+    assert stats["checksum_failures"] >= 1 and stats["bad_block_reports"] >= 1, stats
+
+
+async def test_unknown_encryption_key_is_fetched_again(secure, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A DataNode that no longer knows the data-encryption key (expired, or its block key
+    rolled) answers ERROR_UNKNOWN_KEY: the client fetches a new key and the read goes on."""
+    from hdfsfuse.client import ClientOptions, HdfsClient
+    from hdfsfuse.security import SecurityOptions
+
+    cluster = secure(data_transfer_protection="privacy", encrypt_data_transfer=True)
+    data = cluster.put_bytes(random_bytes(200_000, seed=4), "/key/f")
+    k = cluster.kerberos
+    monkeypatch.setenv("KRB5_CONFIG", k["krb5_conf"])
+    monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path}/none")
+    sec = SecurityOptions(keytab=k["client_keytab"], principal=k["client_principal"])
+    async with HdfsClient.connect(cluster.uri, conf_dir=cluster.conf_dir, options=ClientOptions(security=sec)) as c:
+        f = await c.open("/key/f")
+        assert bytes(await c.read_range(f, 0, 1000)) == data[:1000]
+        assert c.stats.encryption_key_fetches == 1
+        assert c.dn_security is not None and c.dn_security._key is not None
+        c.dn_security._key.keyId ^= 0x5A5A5A5A  # a key id the DataNodes never issued
+        c.pool.close()  # the next read needs a new connection, hence a handshake
+        assert bytes(await c.read_range(f, 5000, 1000)) == data[5000:6000]
+        assert c.stats.encryption_key_fetches == 2
+        c.dn_security._key.expiryDate = 1  # expired: fetched again before any DataNode sees it
+        c.pool.close()
+        assert bytes(await c.read_range(f, 9000, 10)) == data[9000:9010]
+        assert c.stats.encryption_key_fetches == 3
+        await trio.lowlevel.checkpoint()
+
+
+def test_protection_mismatch_is_one_clear_line(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure(data_transfer_protection="privacy")
+    cluster.put_bytes(b"x" * 5000, "/mismatch/f")
+    conf_dir = tmp_path / "conf"
+    shutil.copytree(cluster.conf_dir, conf_dir)
+    site = conf_dir / "hdfs-site.xml"
+    site.write_text(site.read_text().replace(">privacy<", ">integrity<"))
+    m = mount(cluster, "direct_io", f"hadoop_conf={conf_dir}", *_keytab(cluster), env=_env(tmp_path))
+    with pytest.raises(OSError):
+        Path(m.path("/mismatch/f")).read_bytes()
+    wait_until(lambda: "/mismatch/f" in m.log_text(), "the failure is logged")
+    lines = [ln for ln in m.log_text().splitlines() if " ERROR " in ln]
+    # One line per failed request (the kernel may retry a failed page read), from the FUSE boundary.
+    assert lines and all(" hdfsfuse.fs: read /mismatch/f " in ln for ln in lines), lines
+    assert "requires protection privacy, but dfs.data.transfer.protection here is integrity" in lines[0], lines[0]
