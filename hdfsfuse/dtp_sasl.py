@@ -228,7 +228,12 @@ class AesCtrLayer(StreamLayer):
     """AES/CTR, one continuous stream per direction (counter = IV as a 128-bit integer, +1 per block)."""
 
     def __init__(self, in_key: bytes, in_iv: bytes, out_key: bytes, out_iv: bytes) -> None:
-        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+        try:
+            from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+        except ImportError:
+            raise DataTransferSaslError(
+                "AES/CTR on DataNode connections needs the 'cryptography' package: pip install 'hdfsfuse[kerberos]'"
+            ) from None
 
         self._encrypt = Cipher(algorithms.AES(in_key), modes.CTR(in_iv)).encryptor()
         self._decrypt = Cipher(algorithms.AES(out_key), modes.CTR(out_iv)).decryptor()

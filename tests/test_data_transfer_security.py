@@ -138,3 +138,13 @@ def test_protection_mismatch_is_one_clear_line(secure, mount, tmp_path: Path) ->
     # One line per failed request (the kernel may retry a failed page read), from the FUSE boundary.
     assert lines and all(" hdfsfuse.fs: read /mismatch/f " in ln for ln in lines), lines
     assert "requires protection privacy, but dfs.data.transfer.protection here is integrity" in lines[0], lines[0]
+
+
+def test_frames_larger_than_64k(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """With io.file.buffer.size=128 KiB a DataNode packet, hence one DIGEST frame, carries 128 KiB:
+    more than the 64 KiB the client advertised, which Hadoop's DataNode does not cap."""
+    cluster = secure(data_transfer_protection="integrity", io_file_buffer_size=128 * 1024)
+    data = cluster.put_bytes(random_bytes(2 * MiB + 99, seed=5), "/big-frames/f")
+    m = mount(cluster, *_keytab(cluster), env=_env(tmp_path))
+    assert Path(m.path("/big-frames/f")).read_bytes() == data
+    assert set(_stats(m)["datanode_sasl_handshakes"]) == {"auth-int"}  # type: ignore[arg-type]

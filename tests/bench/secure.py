@@ -118,6 +118,11 @@ TRANSFER_MODES = {
     "privacy (DIGEST 3des)": ClusterOptions(datanodes=1, kerberos=True, data_transfer_protection="privacy"),
     "privacy + AES/CTR": ClusterOptions(datanodes=1, kerberos=True, data_transfer_protection="privacy",
                                         encrypt_data_transfer=True),
+    # The same with io.file.buffer.size=128 KiB, as production clusters commonly set it: the
+    # DataNode's packet size once SASL rules out sendfile (4 KiB by default).
+    "privacy + AES/CTR, 128 KiB buffers": ClusterOptions(
+        datanodes=1, kerberos=True, data_transfer_protection="privacy", encrypt_data_transfer=True,
+        io_file_buffer_size=128 * 1024),
 }
 
 

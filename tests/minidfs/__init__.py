@@ -93,6 +93,9 @@ class ClusterOptions:
     encrypt_data_transfer: bool = False
     ticket_lifetime: int | None = None  # seconds; the KDC's maximum ticket lifetime
     proxy_user: str | None = None
+    # The DataNodes' io.file.buffer.size: under SASL (no sendfile) it is their packet size. The
+    # DataNode reads it once from a classpath core-site.xml, so it goes there.
+    io_file_buffer_size: int | None = None
 
     def argv(self) -> list[str]:
         args = [
@@ -139,6 +142,11 @@ class MiniDfs:
         # A per-cluster classpath directory: a secure cluster's ssl-client.xml / ssl-server.xml.
         resources = self._base_dir / "resources"
         resources.mkdir()
+        if self.options.io_file_buffer_size:
+            (resources / "core-site.xml").write_text(
+                "<configuration><property><name>io.file.buffer.size</name>"
+                f"<value>{int(self.options.io_file_buffer_size)}</value></property></configuration>\n"
+            )
         argv = [
             _java(), f"-Xmx{self._heap}", "-cp", f"{resources}:{classpath}", _MAIN_CLASS,
             "--base-dir", str(self._base_dir / "data"), "--resource-dir", str(resources),
