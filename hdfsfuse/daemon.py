@@ -111,8 +111,7 @@ def notify_systemd(message: str) -> None:
 def client_options(options: MountOptions) -> ClientOptions:
     return ClientOptions(
         user=options.user,
-        security=SecurityOptions(user=options.user, keytab=options.keytab, principal=options.principal,
-                                 token_file=options.token_file, identity=options.identity),
+        security=SecurityOptions(keytab=options.keytab, principal=options.principal, token_file=options.token_file),
         timeouts=Timeouts(connect=options.connect_timeout, read=options.read_timeout, total=options.total_timeout),
         namenode_total_timeout=options.namenode_timeout,
         namenode_call_timeout=min(20.0, options.namenode_timeout),

@@ -41,9 +41,6 @@ from hdfsfuse.tokens import (
 
 log = logging.getLogger(__name__)
 
-IDENTITIES = ("mount", "caller", "ticket_cache")
-
-
 @dataclasses.dataclass(frozen=True)
 class RpcAuth:
     """How one IPC connection authenticates, and as whom.
@@ -99,11 +96,9 @@ def canonical_hostname(host: str) -> str:
 class SecurityOptions:
     """The mount options that choose credentials."""
 
-    user: str | None = None
     keytab: str | None = None
     principal: str | None = None
     token_file: str | None = None
-    identity: str = "mount"
 
 
 class Credentials:
@@ -171,8 +166,6 @@ class Credentials:
         """
         if (options.keytab is None) != (options.principal is None):
             raise ConfigError("options keytab and principal go together: -o keytab=FILE,principal=NAME")
-        if options.identity not in IDENTITIES:
-            raise ConfigError(f"option identity: must be one of {', '.join(IDENTITIES)}")
         if options.keytab is not None and options.principal is not None:
             login: KerberosLogin = KeytabLogin(options.principal, options.keytab)
             return cls(settings, short_name(str(login.acquire().name)), login=login)

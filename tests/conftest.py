@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +109,41 @@ def shared_mount(cluster: MiniDfs) -> Iterator[object]:
     m = Mount(cluster)
     yield m
     m.unmount()
+
+
+@pytest.fixture(scope="module")
+def secure() -> Iterator[Callable[..., MiniDfs]]:
+    """Secure clusters (MiniKdc + Kerberos) shared by one test module, one per option set,
+    started on first use: `secure(rpc_protection="privacy", ...)`."""
+    clusters: dict[tuple[tuple[str, object], ...], MiniDfs] = {}
+
+    def get(**options: object) -> MiniDfs:
+        options = {"kerberos": True, "datanodes": 2, **options}
+        key = tuple(sorted(options.items()))
+        if key not in clusters:
+            clusters[key] = MiniDfs(ClusterOptions(**options)).start()  # type: ignore[arg-type]
+        return clusters[key]
+
+    yield get
+    for c in clusters.values():
+        c.stop()
+
+
+def local_user(name: str) -> pwd.struct_passwd:
+    """A local account (created without a home if missing)."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
+        return pwd.getpwnam(name)
+
+
+def edited_conf(cluster: MiniDfs, into: Path, file: str, old: str, new: str) -> Path:
+    """A copy of the cluster's client configuration with one text replaced in `file`."""
+    conf_dir = into / "conf"
+    shutil.copytree(cluster.conf_dir, conf_dir, dirs_exist_ok=True)
+    site = conf_dir / file
+    text = site.read_text()
+    assert old in text, f"{old!r} not in {file}"
+    site.write_text(text.replace(old, new))
+    return conf_dir

@@ -10,36 +10,18 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import trio
 
-from tests.conftest import random_bytes, wait_until
-from tests.minidfs import ClusterOptions, MiniDfs
+from tests.conftest import edited_conf, random_bytes, wait_until
+from tests.minidfs import MiniDfs
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts need root")
 
 MiB = 1 << 20
 LAYERS = {"authentication": "auth", "integrity": "auth-int", "privacy": "auth-conf/3des"}
-
-
-@pytest.fixture(scope="module")
-def secure() -> Iterator[Callable[..., MiniDfs]]:
-    clusters: dict[tuple[tuple[str, object], ...], MiniDfs] = {}
-
-    def get(**options: object) -> MiniDfs:
-        options = {"kerberos": True, "datanodes": 2, **options}
-        key = tuple(sorted(options.items()))
-        if key not in clusters:
-            clusters[key] = MiniDfs(ClusterOptions(**options)).start()  # type: ignore[arg-type]
-        return clusters[key]
-
-    yield get
-    for c in clusters.values():
-        c.stop()
 
 
 def _keytab(cluster: MiniDfs) -> list[str]:
@@ -126,10 +108,7 @@ async def test_unknown_encryption_key_is_fetched_again(secure, tmp_path: Path, m
 def test_protection_mismatch_is_one_clear_line(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster = secure(data_transfer_protection="privacy")
     cluster.put_bytes(b"x" * 5000, "/mismatch/f")
-    conf_dir = tmp_path / "conf"
-    shutil.copytree(cluster.conf_dir, conf_dir)
-    site = conf_dir / "hdfs-site.xml"
-    site.write_text(site.read_text().replace(">privacy<", ">integrity<"))
+    conf_dir = edited_conf(cluster, tmp_path, "hdfs-site.xml", ">privacy<", ">integrity<")
     m = mount(cluster, "direct_io", f"hadoop_conf={conf_dir}", *_keytab(cluster), env=_env(tmp_path))
     with pytest.raises(OSError):
         Path(m.path("/mismatch/f")).read_bytes()

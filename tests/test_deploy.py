@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import pwd
 import shutil
 import signal
 import socket
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import random_bytes
+from tests.conftest import local_user, random_bytes
 from tests.minidfs import MiniDfs
 from tests.mounting import is_mounted
 
@@ -91,20 +90,12 @@ def test_sd_notify_ready_only_after_the_mount_exists(cluster: MiniDfs, tmp_path:
         sock.close()
 
 
-def _user(name: str) -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
-        return pwd.getpwnam(name)
-
-
 def _read_as(user: str, path: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(["runuser", "-u", user, "--", "cat", path], capture_output=True)
 
 
 def test_identity_mapping_and_permissions_with_allow_other(cluster: MiniDfs, mount, data_dir: str) -> None:  # type: ignore[no-untyped-def]
-    alice, bob = _user("hdfsfuse-alice"), _user("hdfsfuse-bob")
+    alice, bob = local_user("hdfsfuse-alice"), local_user("hdfsfuse-bob")
     d = f"{data_dir}/perm"
     cluster.mkdir(d, mode="755")
     cluster.put_bytes(b"alice only", f"{d}/alice-private")
@@ -130,7 +121,7 @@ def test_identity_mapping_and_permissions_with_allow_other(cluster: MiniDfs, mou
 
 
 def test_without_allow_other_only_the_mounting_user_sees_the_mount(cluster: MiniDfs, shared_mount) -> None:  # type: ignore[no-untyped-def]
-    _user("hdfsfuse-bob")
+    local_user("hdfsfuse-bob")
     r = subprocess.run(["runuser", "-u", "hdfsfuse-bob", "--", "ls", shared_mount.dir], capture_output=True)
     assert r.returncode != 0 and b"Permission denied" in r.stderr
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import socket
 import subprocess
@@ -17,35 +16,17 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import random_bytes, wait_until
+from tests.conftest import edited_conf, local_user, random_bytes, wait_until
 from tests.minidfs import ClusterOptions, MiniDfs
 from tests.mounting import HDFSFUSE
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts need root")
 
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def secure() -> Iterator[Callable[..., MiniDfs]]:
-    """Secure clusters shared by this module, one per option set, started on first use."""
-    clusters: dict[tuple[tuple[str, object], ...], MiniDfs] = {}
-
-    def get(**options: object) -> MiniDfs:
-        options = {"kerberos": True, "datanodes": 2, "proxy_user": "hfuse", **options}
-        key = tuple(sorted(options.items()))
-        if key not in clusters:
-            clusters[key] = MiniDfs(ClusterOptions(**options)).start()  # type: ignore[arg-type]
-        return clusters[key]
-
-    yield get
-    for c in clusters.values():
-        c.stop()
 
 
 def _keytab_options(cluster: MiniDfs, name: str = "alice") -> list[str]:
@@ -96,7 +77,7 @@ def _mount_fails(cluster: MiniDfs, *options: str, env: dict[str, str] | None = N
 
 
 def test_keytab_mount_reads_exact_bytes_as_the_principal(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster = secure()
+    cluster = secure(proxy_user="hfuse")
     data = _put(cluster, "/kt/data", 3 * MiB + 123, seed=1)
     cluster.chown("/kt/data", "alice", "alice")
     cluster.chmod("/kt/data", "600")  # only alice (and the superuser) may read it
@@ -110,7 +91,7 @@ def test_keytab_mount_reads_exact_bytes_as_the_principal(secure, mount, tmp_path
 
 
 def test_ticket_cache_mount_made_by_kinit(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster = secure()
+    cluster = secure(proxy_user="hfuse")
     data = _put(cluster, "/cc/data", 100_000, seed=2)
     cluster.chown("/cc/data", "alice", "alice")
     cluster.chmod("/cc/data", "600")
@@ -122,7 +103,7 @@ def test_ticket_cache_mount_made_by_kinit(secure, mount, tmp_path: Path) -> None
 
 @pytest.mark.parametrize("how", ["option", "environment"])
 def test_delegation_token_file_mount(secure, mount, tmp_path: Path, how: str) -> None:  # type: ignore[no-untyped-def]
-    cluster = secure()
+    cluster = secure(proxy_user="hfuse")
     data = _put(cluster, f"/tok/{how}", 70_000, seed=3)
     cluster.chown(f"/tok/{how}", "alice", "alice")
     cluster.chmod(f"/tok/{how}", "600")
@@ -202,7 +183,7 @@ class _Recorder:
 @pytest.mark.parametrize("credential", ["keytab", "token"])
 def test_each_rpc_protection_on_the_wire(secure, mount, tmp_path: Path, protection: str, credential: str) -> None:  # type: ignore[no-untyped-def]
     """Names the client sends travel in clear text only under `authentication`."""
-    cluster = secure(rpc_protection=protection)
+    cluster = secure(proxy_user="hfuse", rpc_protection=protection)
     marker = f"wire-marker-{protection}-{credential}"
     data = _put(cluster, f"/prot/{marker}", 200_000, seed=4)
     host, port = cluster.namenodes[0]["rpc"].rsplit(":", 1)
@@ -235,7 +216,7 @@ def test_each_rpc_protection_on_the_wire(secure, mount, tmp_path: Path, protecti
 
 
 def test_secure_ha_pair_fails_over(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster = secure(ha=True, proxy_user=None)
+    cluster = secure(ha=True)
     data = _put(cluster, "/ha/before", 50_000, seed=5)
     m = mount(cluster, *_keytab_options(cluster), env=_no_ticket_env(tmp_path))
     assert Path(m.path("/ha/before")).read_bytes() == data
@@ -246,14 +227,6 @@ def test_secure_ha_pair_fails_over(secure, mount, tmp_path: Path) -> None:  # ty
 
 
 # ----- per-caller identity ----------------------------------------------------------------------
-
-
-def _local_user(name: str) -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
-        return pwd.getpwnam(name)
 
 
 def _read_as(user: str, path: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -273,8 +246,8 @@ def _acl_tree(cluster: MiniDfs, d: str) -> bytes:
 
 
 def test_identity_caller_enforces_hdfs_acls_per_user(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster = secure()
-    _local_user("hdfsfuse-alice"), _local_user("hdfsfuse-bob")
+    cluster = secure(proxy_user="hfuse")
+    local_user("hdfsfuse-alice"), local_user("hdfsfuse-bob")
     data = _acl_tree(cluster, "/acl-caller")
     m = mount(cluster, "allow_other", "identity=caller", *_keytab_options(cluster, "hfuse"),
               env=_no_ticket_env(tmp_path))
@@ -291,8 +264,8 @@ def test_identity_caller_enforces_hdfs_acls_per_user(secure, mount, tmp_path: Pa
 
 
 def test_identity_caller_needs_a_principal_allowed_to_impersonate(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster = secure()
-    _local_user("hdfsfuse-bob")
+    cluster = secure(proxy_user="hfuse")
+    local_user("hdfsfuse-bob")
     _put(cluster, "/imp/open", 1000, seed=8)
     # alice is no proxy user: the NameNode refuses every impersonation, and says so.
     m = mount(cluster, "allow_other", "identity=caller", *_keytab_options(cluster), env=_no_ticket_env(tmp_path))
@@ -302,9 +275,9 @@ def test_identity_caller_needs_a_principal_allowed_to_impersonate(secure, mount,
 
 
 def test_identity_ticket_cache_uses_each_callers_own_tickets(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster = secure()
-    alice, bob = _local_user("hdfsfuse-alice"), _local_user("hdfsfuse-bob")
-    carol = _local_user("hdfsfuse-carol")
+    cluster = secure(proxy_user="hfuse")
+    alice, bob = local_user("hdfsfuse-alice"), local_user("hdfsfuse-bob")
+    carol = local_user("hdfsfuse-carol")
     data = _acl_tree(cluster, "/acl-cc")
     keytabs = Path(tempfile.mkdtemp(prefix="hdfsfuse-keytabs-"))
     keytabs.chmod(0o755)
@@ -342,12 +315,12 @@ def test_identity_ticket_cache_uses_each_callers_own_tickets(secure, mount, tmp_
 
 
 def test_no_credentials_is_one_clear_line(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    r = _mount_fails(secure(), env=_no_ticket_env(tmp_path))
+    r = _mount_fails(secure(proxy_user="hfuse"), env=_no_ticket_env(tmp_path))
     assert "no Kerberos ticket: run kinit" in r.stderr
 
 
 def test_expired_ticket_is_one_clear_line(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster = secure()
+    cluster = secure(proxy_user="hfuse")
     ccache = f"FILE:{tmp_path}/short"
     _kinit(cluster, ccache, lifetime="5s")
     time.sleep(6)
@@ -356,7 +329,7 @@ def test_expired_ticket_is_one_clear_line(secure, tmp_path: Path) -> None:  # ty
 
 
 def test_wrong_principal_for_the_keytab(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster = secure()
+    cluster = secure(proxy_user="hfuse")
     r = _mount_fails(cluster, f"keytab={cluster.kerberos['client_keytab']}", "principal=mallory@EXAMPLE.COM",
                      env=_no_ticket_env(tmp_path))
     assert "keytab holds no key for this principal" in r.stderr
@@ -365,20 +338,17 @@ def test_wrong_principal_for_the_keytab(secure, tmp_path: Path) -> None:  # type
 def test_wrong_realm(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A principal in a realm the keytab has no key for, and a NameNode principal in a realm
     this host's krb5.conf does not know."""
-    cluster = secure()
+    cluster = secure(proxy_user="hfuse")
     r = _mount_fails(cluster, f"keytab={cluster.kerberos['client_keytab']}", "principal=alice@ELSEWHERE.ORG",
                      env=_no_ticket_env(tmp_path))
     assert "no key for this principal (alice@ELSEWHERE.ORG; it holds alice@EXAMPLE.COM)" in r.stderr
-    conf_dir = tmp_path / "conf"
-    shutil.copytree(cluster.conf_dir, conf_dir)
-    site = conf_dir / "hdfs-site.xml"
-    site.write_text(site.read_text().replace("hdfs/localhost@EXAMPLE.COM", "hdfs/_HOST@ELSEWHERE.ORG"))
+    conf_dir = edited_conf(cluster, tmp_path, "hdfs-site.xml", "hdfs/localhost@EXAMPLE.COM", "hdfs/_HOST@ELSEWHERE.ORG")
     r = _mount_fails(cluster, *_keytab_options(cluster), f"hadoop_conf={conf_dir}", env=_no_ticket_env(tmp_path))
     assert "hdfs/localhost@ELSEWHERE.ORG" in r.stderr and "no path to the server's realm" in r.stderr
 
 
 def test_unreachable_kdc(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster = secure()
+    cluster = secure(proxy_user="hfuse")
     conf = Path(cluster.kerberos["krb5_conf"]).read_text()
     port = cluster.kerberos["kdc_port"]
     with socket.socket() as s:  # a port nobody listens on
@@ -394,7 +364,7 @@ def test_unreachable_kdc(secure, tmp_path: Path) -> None:  # type: ignore[no-unt
 def test_clock_skew(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     if shutil.which("faketime") is None:
         pytest.fail("faketime is not installed (.ci/install installs it)")
-    cluster = secure()
+    cluster = secure(proxy_user="hfuse")
     # MIT corrects for the KDC's clock by default (kdc_timesync); hardened sites turn that off.
     strict = tmp_path / "krb5.conf"
     strict.write_text(Path(cluster.kerberos["krb5_conf"]).read_text().replace(
@@ -406,27 +376,21 @@ def test_clock_skew(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-
 
 
 def test_wrong_service_principal(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster = secure()
-    conf_dir = tmp_path / "conf"
-    shutil.copytree(cluster.conf_dir, conf_dir)
-    site = conf_dir / "hdfs-site.xml"
-    site.write_text(site.read_text().replace("hdfs/localhost@EXAMPLE.COM", "nn/_HOST@EXAMPLE.COM"))
+    cluster = secure(proxy_user="hfuse")
+    conf_dir = edited_conf(cluster, tmp_path, "hdfs-site.xml", "hdfs/localhost@EXAMPLE.COM", "nn/_HOST@EXAMPLE.COM")
     r = _mount_fails(cluster, *_keytab_options(cluster), f"hadoop_conf={conf_dir}", env=_no_ticket_env(tmp_path))
     assert "nn/localhost@EXAMPLE.COM" in r.stderr and "unknown to the KDC" in r.stderr
 
 
 def test_cluster_config_without_kerberos_says_so(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster = secure()
-    conf_dir = tmp_path / "conf"
-    shutil.copytree(cluster.conf_dir, conf_dir)
-    core = conf_dir / "core-site.xml"
-    core.write_text(core.read_text().replace(">kerberos<", ">simple<"))
+    cluster = secure(proxy_user="hfuse")
+    conf_dir = edited_conf(cluster, tmp_path, "core-site.xml", ">kerberos<", ">simple<")
     r = _mount_fails(cluster, f"hadoop_conf={conf_dir}", env=_no_ticket_env(tmp_path))
     assert "requires Kerberos" in r.stderr and "hadoop.security.authentication=kerberos" in r.stderr
 
 
 def test_lost_ticket_after_mounting_is_eacces_with_one_line(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster = secure(datanodes=1, proxy_user=None)
+    cluster = secure(datanodes=1)
     data = _put(cluster, "/lost/a", 1000, seed=9)
     ccache = tmp_path / "krb5cc"
     _kinit(cluster, f"FILE:{ccache}")
@@ -523,7 +487,7 @@ def test_harness_contract_over_json_lines(tmp_path: Path) -> None:
 def test_file_being_written_grows_under_privacy(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The readable length of a block being written comes from the DataNode's IPC, authenticated
     with the block token (DIGEST-MD5) under the cluster's privacy protection."""
-    cluster = secure(rpc_protection="privacy")
+    cluster = secure(proxy_user="hfuse", rpc_protection="privacy")
     first, more = random_bytes(5000, seed=11), random_bytes(7000, seed=12)
     local = tmp_path / "chunk"
     local.write_bytes(first)
@@ -547,7 +511,7 @@ async def test_concurrent_calls_keep_a_layer_in_order(secure, tmp_path: Path, mo
     from hdfsfuse.client import ClientOptions, HdfsClient
     from hdfsfuse.security import SecurityOptions
 
-    cluster = secure(rpc_protection="privacy")
+    cluster = secure(proxy_user="hfuse", rpc_protection="privacy")
     for i in range(20):
         cluster.put_bytes(b"x" * i, f"/many/f{i}")
     monkeypatch.setenv("KRB5_CONFIG", cluster.kerberos["krb5_conf"])
