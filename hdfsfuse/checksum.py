@@ -47,6 +47,12 @@ def crc32(data: bytes) -> int:
 _MAX_BPC = 16 * 1024 * 1024
 
 
+@functools.lru_cache(maxsize=64)
+def _sums_struct(count: int) -> struct.Struct:
+    """The layout of `count` big-endian checksums (a read's packets use one or two counts)."""
+    return struct.Struct(f">{count}I")
+
+
 class Checksum:
     """A block's checksum scheme, as announced in the DataNode's read response."""
 
@@ -106,7 +112,7 @@ class Checksum:
         count = -(-n // bpc)
         if len(sums) != count * 4:
             raise ProtocolError(f"{len(sums)} checksum bytes for {n} data bytes")
-        expected = struct.unpack(f">{count}I", sums)
+        expected = _sums_struct(count).unpack(sums)
         chunks = bytes(data) if self._needs_bytes else data
         computed = tuple(map(func, [chunks[i : i + bpc] for i in range(0, n, bpc)]))
         if computed != expected:

@@ -248,59 +248,74 @@ class ReadBlockParser:
         return ReadStarted(checksum, chunk_offset)
 
     def _parse_packet(self) -> Event | _NeedDataType:
-        buf = self._buf
-        if len(buf) < 6:
-            return NEED_DATA
-        plen, hlen = _PKT_PREFIX.unpack_from(buf, 0)
-        if plen < 4 or hlen > MAX_HEADER_LEN or plen + hlen > MAX_PACKET_SIZE:
-            raise ProtocolError(f"{self.what}: bad packet lengths PLEN={plen} HLEN={hlen}")
-        total = 6 + hlen + plen - 4
-        if len(buf) < total:
-            return NEED_DATA
-        view = memoryview(buf)
-        try:
-            offset, seqno, last, data_len = _parse_packet_header(view[6 : 6 + hlen])
-            event = self._accept_packet(view, hlen, plen, offset, seqno, last, data_len)
-        finally:
-            view.release()
-        del buf[:total]
-        return event
+        """Every complete packet in the buffer, in one pass (the hot loop of a read).
 
-    def _accept_packet(
-        self, view: memoryview, hlen: int, plen: int, offset: int, seqno: int, last: bool, data_len: int
-    ) -> Event:
-        assert self.checksum is not None
-        if seqno != self._seqno:
-            raise ProtocolError(f"{self.what}: packet seqno {seqno}, expected {self._seqno}")
-        self._seqno += 1
-        if data_len < 0 or data_len > plen - 4:
-            raise ProtocolError(f"{self.what}: bad dataLen {data_len} for PLEN {plen}")
-        if offset != self._pos:
-            raise ProtocolError(f"{self.what}: packet at block offset {offset}, expected {self._pos}")
-        sums_len = plen - 4 - data_len
-        if sums_len != self.checksum.checksums_len(data_len):
-            raise ProtocolError(f"{self.what}: {sums_len} checksum bytes for {data_len} data bytes")
-        end = self.offset + self.length
-        if data_len == 0:
-            if not last:
-                raise ProtocolError(f"{self.what}: empty packet not marked last")
-            if self._pos < end:  # packets are contiguous from chunkOffset <= offset
-                raise ProtocolError(f"{self.what}: read ended at block offset {self._pos}, before {end}")
-            self._state = "done"
-            ok = self.checksum.kind != CHECKSUM_NULL
-            return ReadFinished(STATUS_CHECKSUM_OK if ok else STATUS_SUCCESS)
-        if last:
-            raise ProtocolError(f"{self.what}: data packet marked last")
-        if self._pos >= end:
-            raise ProtocolError(f"{self.what}: data past the requested range at block offset {self._pos}")
-        sums_start = 6 + hlen
-        data_start = sums_start + sums_len
-        data = view[data_start : data_start + data_len]
-        self.checksum.verify(data, view[sums_start:data_start], offset, self.what)
-        # Trim the chunk-alignment bytes before `self.offset` and after `end`.
-        lo = max(self.offset, offset)
-        hi = min(end, offset + data_len)
-        if hi > lo:
-            self.output[lo - self.offset : hi - self.offset] = data[lo - offset : hi - offset]
-        self._pos = offset + data_len
-        return PacketReceived(data_len)
+        Returns one PacketReceived for all the data packets it took, ReadFinished once the
+        final (empty) packet is in, or NEED_DATA when not even one packet is complete.
+        """
+        buf = self._buf
+        checksum = self.checksum
+        assert checksum is not None
+        verify = checksum.verify
+        size, bpc = checksum.size, checksum.bytes_per_checksum
+        start, end = self.offset, self.offset + self.length
+        output, what = self.output, self.what
+        n = len(buf)
+        at = 0  # where the next packet starts in `buf`
+        taken = 0  # data bytes in the packets taken
+        finished: ReadFinished | None = None
+        view = memoryview(buf)
+        data = view[0:0]
+        try:
+            while n - at >= 6:
+                plen, hlen = _PKT_PREFIX.unpack_from(buf, at)
+                if plen < 4 or hlen > MAX_HEADER_LEN or plen + hlen > MAX_PACKET_SIZE:
+                    raise ProtocolError(f"{what}: bad packet lengths PLEN={plen} HLEN={hlen}")
+                total = 2 + hlen + plen
+                if n - at < total:
+                    break
+                offset, seqno, last, data_len = _parse_packet_header(view[at + 6 : at + 6 + hlen])
+                if seqno != self._seqno:
+                    raise ProtocolError(f"{what}: packet seqno {seqno}, expected {self._seqno}")
+                if data_len < 0 or data_len > plen - 4:
+                    raise ProtocolError(f"{what}: bad dataLen {data_len} for PLEN {plen}")
+                if offset != self._pos:
+                    raise ProtocolError(f"{what}: packet at block offset {offset}, expected {self._pos}")
+                sums_len = plen - 4 - data_len
+                if sums_len != -(-data_len // bpc) * size:
+                    raise ProtocolError(f"{what}: {sums_len} checksum bytes for {data_len} data bytes")
+                self._seqno = seqno + 1
+                if data_len == 0:
+                    if not last:
+                        raise ProtocolError(f"{what}: empty packet not marked last")
+                    if offset < end:  # packets are contiguous from chunkOffset <= offset
+                        raise ProtocolError(f"{what}: read ended at block offset {offset}, before {end}")
+                    self._state = "done"
+                    ok = checksum.kind != CHECKSUM_NULL
+                    finished = ReadFinished(STATUS_CHECKSUM_OK if ok else STATUS_SUCCESS)
+                    at += total
+                    break
+                if last:
+                    raise ProtocolError(f"{what}: data packet marked last")
+                if offset >= end:
+                    raise ProtocolError(f"{what}: data past the requested range at block offset {offset}")
+                sums_start = at + 6 + hlen
+                data_start = sums_start + sums_len
+                data = view[data_start : data_start + data_len]
+                verify(data, view[sums_start:data_start], offset, what)
+                # Trim the chunk-alignment bytes before `start` and after `end`.
+                lo = offset if offset > start else start
+                hi = offset + data_len if offset + data_len < end else end
+                if hi > lo:
+                    output[lo - start : hi - start] = data[lo - offset : hi - offset]
+                self._pos = offset + data_len
+                taken += data_len
+                at += total
+        finally:
+            data.release()
+            view.release()
+        if at:  # only after a clean pass: views held by an error's traceback would pin `buf`
+            del buf[:at]
+        if finished is not None:
+            return finished
+        return PacketReceived(taken) if taken else NEED_DATA
