@@ -21,7 +21,8 @@ on Kerberos clusters with dfs.data.transfer.protection=integrity, =privacy (DIGE
 - `w1`: random 4 KiB preads (page-aligned, caches dropped), reads/s, the daemon's CPU per read,
   BytesRead amplification (the DataNodes' own counter) and wire amplification (nftables: every
   byte the DataNodes' transfer ports sent, IP/TCP headers and SASL framing included);
-- `w3`: one sequential read of a 64 MiB file (caches dropped), MB/s.
+- `w3`: one sequential read of a 64 MiB file (caches dropped), MB/s; and Java's stream read of
+  the same file on the same cluster (`java_w3`), as the reference for what the DataNodes serve.
 
 Prints one JSON document. Wall-clock figures on a noisy 2-core machine: read the ratios.
 """
@@ -39,7 +40,7 @@ import tempfile
 import time
 
 from tests.bench.run import _process_cpu, daemon_pid, drop_caches
-from tests.minidfs import ClusterOptions, MiniDfs
+from tests.minidfs import ClusterOptions, MiniDfs, ensure_built
 from tests.mounting import Mount
 
 MiB = 1 << 20
@@ -126,6 +127,20 @@ TRANSFER_MODES = {
 }
 
 
+def _java_w3(cluster: MiniDfs) -> float:
+    """Java's sequential read of the same file (stream read, 1 MiB buffers), MB/s: what the
+    DataNode can serve in this mode to the reference client."""
+    drop_caches()
+    args = ["java", "-Xmx1g", "-cp", ensure_built(), "hdfsfuse.minidfs.Bench", "--conf-dir", cluster.conf_dir,
+            "--uri", cluster.uri, "--mode", "seq", "--path", "/w1"]
+    if "kerberos" in cluster.ready:
+        k = cluster.kerberos
+        args += ["--keytab", k["client_keytab"], "--principal", k["client_principal"], "--krb5-conf", k["krb5_conf"]]
+    out = subprocess.run(args, input="go\n", capture_output=True, text=True, check=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    return result["bytes"] / result["seconds"] / 1e6
+
+
 def _w3_round(mount: Mount, size: int) -> float:
     drop_caches()
     t = time.perf_counter()
@@ -157,6 +172,7 @@ def transfer(a: argparse.Namespace) -> dict[str, object]:
                 mounts[name] = Mount(c, *opts, env={"KRB5CCNAME": f"FILE:{empty}/none"})
             w1: dict[str, list[dict[str, float]]] = {name: [] for name in mounts}
             w3: dict[str, list[float]] = {name: [] for name in mounts}
+            java_w3: dict[str, list[float]] = {name: [] for name in mounts}
             for r in range(a.rounds):
                 for name, m in mounts.items():
                     c = clusters[name]
@@ -170,6 +186,7 @@ def transfer(a: argparse.Namespace) -> dict[str, object]:
                     w1[name].append(result)
                 for name, m in mounts.items():
                     w3[name].append(_w3_round(m, size))
+                    java_w3[name].append(_java_w3(clusters[name]))
     finally:
         for m in mounts.values():
             m.unmount()
@@ -177,6 +194,7 @@ def transfer(a: argparse.Namespace) -> dict[str, object]:
             c.stop()
     w1_median = {name: {k: statistics.median(x[k] for x in rounds) for k in rounds[0]} for name, rounds in w1.items()}
     w3_median = {name: statistics.median(v) for name, v in w3.items()}
+    java_median = {name: statistics.median(v) for name, v in java_w3.items()}
     plain_w1, plain_w3 = w1_median["plain"]["reads_per_s"], w3_median["plain"]
     return {
         name: {
@@ -187,6 +205,8 @@ def transfer(a: argparse.Namespace) -> dict[str, object]:
             "w1_wire_amp": round(w1_median[name]["wire_amp"], 4),
             "w3_mb_per_s": round(w3_median[name], 1),
             "w3_vs_plain": round(w3_median[name] / plain_w3, 3),
+            "java_w3_mb_per_s": round(java_median[name], 1),
+            "java_w3_vs_plain": round(java_median[name] / java_median["plain"], 3),
         }
         for name in TRANSFER_MODES
     }

@@ -39,6 +39,8 @@ public final class Bench {
     String warmupFile = null;
     int threads = 1;
     int count = 1000;
+    String keytab = null;
+    String principal = null;
     for (int i = 0; i < args.length; i += 2) {
       switch (args[i]) {
         case "--conf-dir": confDir = args[i + 1]; break;
@@ -49,12 +51,19 @@ public final class Bench {
         case "--threads": threads = Integer.parseInt(args[i + 1]); break;
         case "--count": count = Integer.parseInt(args[i + 1]); break;
         case "--warmup-offsets": warmupFile = args[i + 1]; break;
+        case "--keytab": keytab = args[i + 1]; break;
+        case "--principal": principal = args[i + 1]; break;
+        case "--krb5-conf": System.setProperty("java.security.krb5.conf", args[i + 1]); break;
         default: throw new IllegalArgumentException("unknown option " + args[i]);
       }
     }
     Configuration conf = new Configuration();
     conf.addResource(new Path(confDir, "core-site.xml"));
     conf.addResource(new Path(confDir, "hdfs-site.xml"));
+    if (keytab != null) {  // a secure cluster: log in as the client principal first
+      org.apache.hadoop.security.UserGroupInformation.setConfiguration(conf);
+      org.apache.hadoop.security.UserGroupInformation.loginUserFromKeytab(principal, keytab);
+    }
     FileSystem fs = FileSystem.get(new URI(uri), conf);
     Path p = new Path(path);
     long[][] reads = offsetsFile == null ? new long[0][] : readOffsets(offsetsFile);
