@@ -87,10 +87,6 @@ class Checksum:
     def name(self) -> str:
         return TYPE_NAMES[self.kind]
 
-    def checksums_len(self, data_len: int) -> int:
-        """Bytes of checksums that cover `data_len` bytes of data."""
-        return -(-data_len // self.bytes_per_checksum) * self.size
-
     def compute(self, data: bytes) -> bytes:
         """The checksum bytes for `data` (used by tests and fake peers)."""
         if self._func is None:

@@ -282,7 +282,7 @@ class ReadBlockParser:
                 if offset != self._pos:
                     raise ProtocolError(f"{what}: packet at block offset {offset}, expected {self._pos}")
                 sums_len = plen - 4 - data_len
-                if sums_len != -(-data_len // bpc) * size:
+                if sums_len != -(-data_len // bpc) * size:  # one checksum per chunk, the last may be short
                     raise ProtocolError(f"{what}: {sums_len} checksum bytes for {data_len} data bytes")
                 self._seqno = seqno + 1
                 if data_len == 0:

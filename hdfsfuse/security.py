@@ -65,7 +65,7 @@ class RpcAuth:
     @property
     def description(self) -> str:
         if self.kerberos is not None:
-            return f"{self.kerberos.description}" + (f" acting for {self.user}" if self.proxy else "")
+            return self.kerberos.description + (f" acting for {self.user}" if self.proxy else "")
         if self.token is not None:
             return f"a {self.token.kind or 'token'}"
         return f"user {self.user} (SIMPLE)"

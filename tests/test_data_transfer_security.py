@@ -18,8 +18,6 @@ import trio
 from tests.conftest import edited_conf, random_bytes, wait_until
 from tests.minidfs import MiniDfs
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts need root")
-
 MiB = 1 << 20
 LAYERS = {"authentication": "auth", "integrity": "auth-int", "privacy": "auth-conf/3des"}
 

@@ -24,8 +24,6 @@ from tests.conftest import edited_conf, local_user, random_bytes, wait_until
 from tests.minidfs import ClusterOptions, MiniDfs
 from tests.mounting import HDFSFUSE
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts need root")
-
 MiB = 1 << 20
 
 

@@ -225,6 +225,14 @@ def test_unwrapping_reader_refuses_plain_responses() -> None:
         reader.next_response()
 
 
+def test_unwrapping_reader_refuses_other_sasl_states() -> None:
+    reader = ipc.UnwrappingReader(_Xor().unwrap)
+    challenge = rpc_pb2.RpcSaslProto(state=rpc_pb2.RpcSaslProto.CHALLENGE, token=b"late")
+    reader.feed(_response(2**32 - 33, challenge.SerializeToString()))
+    with pytest.raises(ProtocolError, match="expected WRAP"):
+        reader.next_response()
+
+
 def test_outgoing_bytes_are_cut_into_wrap_frames() -> None:
     layer = _Xor()
     data = bytes(range(256)) * 600  # more than two chunks
