@@ -21,8 +21,11 @@ on Kerberos clusters with dfs.data.transfer.protection=integrity, =privacy (DIGE
 - `w1`: random 4 KiB preads (page-aligned, caches dropped), reads/s, the daemon's CPU per read,
   BytesRead amplification (the DataNodes' own counter) and wire amplification (nftables: every
   byte the DataNodes' transfer ports sent, IP/TCP headers and SASL framing included);
-- `w3`: one sequential read of a 64 MiB file (caches dropped), MB/s; and Java's stream read of
-  the same file on the same cluster (`java_w3`), as the reference for what the DataNodes serve.
+- `w3`: one sequential read of a 64 MiB file (caches dropped), MB/s, with the CPU milliseconds
+  per MB spent by the daemon and by the cluster's JVM (the DataNode shares this machine's two
+  cores: under SASL it encrypts and sends `io.file.buffer.size` packets, without sendfile); and
+  Java's stream read of the same file on the same cluster (`java_w3`), as the reference for
+  what the DataNodes serve.
 
 Prints one JSON document. Wall-clock figures on a noisy 2-core machine: read the ratios.
 """
@@ -141,16 +144,22 @@ def _java_w3(cluster: MiniDfs) -> float:
     return result["bytes"] / result["seconds"] / 1e6
 
 
-def _w3_round(mount: Mount, size: int) -> float:
+def _w3_round(mount: Mount, cluster: MiniDfs, size: int) -> dict[str, float]:
+    """MB/s, and the CPU milliseconds per MB the daemon and the cluster's JVM each spent."""
     drop_caches()
+    daemon, jvm = daemon_pid(mount), cluster.pid
+    cpu_daemon, cpu_jvm = _process_cpu(daemon), _process_cpu(jvm)
     t = time.perf_counter()
     n = 0
     with open(mount.path("/w1"), "rb", buffering=0) as f:
         while chunk := f.read(1 << 20):
             n += len(chunk)
+    elapsed = time.perf_counter() - t
     if n != size:
         raise RuntimeError("short sequential read")
-    return size / (time.perf_counter() - t) / 1e6
+    mb = size / 1e6
+    return {"mb_per_s": mb / elapsed, "daemon_cpu_ms_per_mb": (_process_cpu(daemon) - cpu_daemon) * 1e3 / mb,
+            "cluster_cpu_ms_per_mb": (_process_cpu(jvm) - cpu_jvm) * 1e3 / mb}
 
 
 def transfer(a: argparse.Namespace) -> dict[str, object]:
@@ -171,8 +180,8 @@ def transfer(a: argparse.Namespace) -> dict[str, object]:
                 opts = [f"keytab={keytab}", f"principal={principal}"] if keytab else []
                 mounts[name] = Mount(c, *opts, env={"KRB5CCNAME": f"FILE:{empty}/none"})
             w1: dict[str, list[dict[str, float]]] = {name: [] for name in mounts}
-            w3: dict[str, list[float]] = {name: [] for name in mounts}
-            java_w3: dict[str, list[float]] = {name: [] for name in mounts}
+            w3: dict[str, list[dict[str, float]]] = {name: [] for name in mounts}
+            java_w3: dict[str, list[dict[str, float]]] = {name: [] for name in mounts}
             for r in range(a.rounds):
                 for name, m in mounts.items():
                     c = clusters[name]
@@ -185,7 +194,7 @@ def transfer(a: argparse.Namespace) -> dict[str, object]:
                     result["wire_amp"] = wire.bytes / app
                     w1[name].append(result)
                 for name, m in mounts.items():
-                    w3[name].append(_w3_round(m, size))
+                    w3[name].append(_w3_round(m, clusters[name], size))
                     java_w3[name].append(_java_w3(clusters[name]))
     finally:
         for m in mounts.values():
@@ -193,9 +202,9 @@ def transfer(a: argparse.Namespace) -> dict[str, object]:
         for c in clusters.values():
             c.stop()
     w1_median = {name: {k: statistics.median(x[k] for x in rounds) for k in rounds[0]} for name, rounds in w1.items()}
-    w3_median = {name: statistics.median(v) for name, v in w3.items()}
+    w3_median = {name: {k: statistics.median(x[k] for x in rounds) for k in rounds[0]} for name, rounds in w3.items()}
     java_median = {name: statistics.median(v) for name, v in java_w3.items()}
-    plain_w1, plain_w3 = w1_median["plain"]["reads_per_s"], w3_median["plain"]
+    plain_w1, plain_w3 = w1_median["plain"]["reads_per_s"], w3_median["plain"]["mb_per_s"]
     return {
         name: {
             "w1_reads_per_s": round(w1_median[name]["reads_per_s"], 1),
@@ -203,8 +212,10 @@ def transfer(a: argparse.Namespace) -> dict[str, object]:
             "w1_daemon_cpu_us_per_read": round(w1_median[name]["daemon_cpu_us_per_read"], 1),
             "w1_bytesread_amp": round(w1_median[name]["bytesread_amp"], 4),
             "w1_wire_amp": round(w1_median[name]["wire_amp"], 4),
-            "w3_mb_per_s": round(w3_median[name], 1),
-            "w3_vs_plain": round(w3_median[name] / plain_w3, 3),
+            "w3_mb_per_s": round(w3_median[name]["mb_per_s"], 1),
+            "w3_vs_plain": round(w3_median[name]["mb_per_s"] / plain_w3, 3),
+            "w3_daemon_cpu_ms_per_mb": round(w3_median[name]["daemon_cpu_ms_per_mb"], 2),
+            "w3_cluster_cpu_ms_per_mb": round(w3_median[name]["cluster_cpu_ms_per_mb"], 2),
             "java_w3_mb_per_s": round(java_median[name], 1),
             "java_w3_vs_plain": round(java_median[name] / java_median["plain"], 3),
         }

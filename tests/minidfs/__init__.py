@@ -200,6 +200,12 @@ class MiniDfs:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        """The launcher JVM's process id (every NameNode and DataNode of the cluster runs in it)."""
+        assert self._proc is not None, "the cluster is not running"
+        return self._proc.pid
+
     # ----- facts from the ready line ---------------------------------------------------------
 
     @property
@@ -315,16 +321,36 @@ class MiniDfs:
     def blocks(self, path: str) -> list[dict[str, Any]]:
         return list(self.command("blocks", path=path)["blocks"])
 
-    def stop_datanode(self, xfer: str) -> None:
-        self.command("stop_datanode", xfer=xfer)
+    def stop_datanode(self, xfer: str | None = None, *, path: str | None = None, block_index: int = 0,
+                      internal_index: int | None = None) -> str:
+        """Stop the DataNode at `xfer`, or the one holding internal block `internal_index` of
+        striped group `block_index` of `path`; returns its address."""
+        if xfer is not None:
+            return str(self.command("stop_datanode", xfer=xfer)["xfer"])
+        return str(self.command("stop_datanode", path=path, block_index=block_index,
+                                internal_index=internal_index)["xfer"])
 
     def restart_datanode(self, xfer: str) -> None:
         self.command("restart_datanode", xfer=xfer)
 
-    def corrupt_replica(self, path: str, block_index: int, xfer: str, offset: int,
-                        length: int = 1) -> dict[str, Any]:
-        return self.command("corrupt_replica", path=path, block_index=block_index, xfer=xfer,
-                            offset=offset, length=length)
+    def corrupt_replica(self, path: str, block_index: int, xfer: str | None, offset: int,
+                        length: int = 1, *, internal_index: int | None = None) -> dict[str, Any]:
+        """Flip `length` bytes at `offset` of a replica's block file: block `block_index` of `path`
+        on `xfer`, or internal block `internal_index` of that striped group (xfer: its holder)."""
+        fields: dict[str, Any] = {} if xfer is None else {"xfer": xfer}
+        if internal_index is not None:
+            fields["internal_index"] = internal_index
+        return self.command("corrupt_replica", path=path, block_index=block_index, offset=offset, length=length,
+                            **fields)
+
+    def set_ec_policy(self, path: str, policy: str) -> None:
+        """Enable an erasure-coding policy if needed and set it on directory `path` (created)."""
+        self.command("set_ec_policy", path=path, policy=policy)
+
+    def add_ec_policy(self, codec: str, data: int, parity: int, cell_size: int) -> str:
+        """Add (and enable) a custom erasure-coding policy; returns its name, e.g. RS-3-2-64k."""
+        return str(self.command("add_ec_policy", codec=codec, data=data, parity=parity,
+                                cell_size=cell_size)["name"])
 
     def corrupt_replicas(self, path: str) -> list[int]:
         """Per block of `path`, how many replicas the NameNode holds as corrupt."""
