@@ -5,6 +5,8 @@
            fetched in windows, on demand, and pinned to the file's block ids)
         -> _read_piece(): failover, hedging, token refresh, bad-block reports
         -> datanode.read_replica(): one exact-length OP_READ_BLOCK on a pooled connection
+        (an erasure-coded file's pieces go to striped_reader.StripedReader instead: one exact
+        read per data unit, decoding around units that fail)
 
 An open file is pinned to its fileId: locations are fetched through `/.reserved/.inodes/<id>`
 (a rename keeps reading; a replaced file fails with FileChanged, never another file's bytes).
@@ -30,6 +32,7 @@ from hdfsfuse.blockmap import BlockMap
 from hdfsfuse.config import ClusterSettings, NameNodeTarget, load_hadoop_conf, resolve_uri
 from hdfsfuse.datanode import ConnectFailed, ConnectionPool, Timeouts, read_replica
 from hdfsfuse.dnsecurity import DataTransferSecurity
+from hdfsfuse.erasure import EcPolicy, resolve_policy
 from hdfsfuse.errors import (
     BlockUnavailable,
     ChecksumMismatch,
@@ -48,6 +51,7 @@ from hdfsfuse.replicas import ReplicaPolicy
 from hdfsfuse.rpc import RpcConnection
 from hdfsfuse.security import Credentials, RpcAuth, SecurityOptions, keep_login_fresh
 from hdfsfuse.stats import Stats
+from hdfsfuse.striped_reader import GroupPlan, StripedReader, group_plan
 from hdfsfuse.wire import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -115,7 +119,9 @@ class HdfsFile:
         self.opened = False
         self.dead: dict[int, set[str]] = {}  # block start -> DataNodes that failed reading it
         self.namenode: NameNodeClient | None = None  # the opener's identity (None: the client's own)
+        self.ec_policy: EcPolicy | None = None  # erasure-coded: its blocks are striped groups
         self._plans: dict[int, BlockPlan] = {}
+        self._group_plans: dict[int, GroupPlan] = {}
 
     @property
     def blocks(self) -> list[LocatedBlock]:
@@ -125,9 +131,11 @@ class HdfsFile:
         """Drop cached op headers and replica lists (all, or those of blocks starting at `starts`)."""
         if starts is None:
             self._plans = {}
+            self._group_plans = {}
         else:
             for start in starts:
                 self._plans.pop(start, None)
+                self._group_plans.pop(start, None)
 
     def block_plan(self, start: int, client_name: str, use_hostname: bool) -> BlockPlan:
         """What every read of the block at `start` reuses: the encoded op header and the replicas."""
@@ -141,6 +149,17 @@ class HdfsFile:
                 replicas.append((address, (loc, f"{what} on DataNode {address}")))
             header = dtp.header_field(dtp.encode_op_header(block.b, block.blockToken, client_name))
             plan = self._plans[start] = BlockPlan(header, replicas, what, block.blockToken)
+        return plan
+
+    def group_plan(self, start: int, policy: EcPolicy, client: HdfsClient) -> GroupPlan:
+        """The internal blocks of the erasure-coded group at `start`, with their op headers."""
+        plan = self._group_plans.get(start)
+        if plan is None:
+            use_hostname = client.settings.use_datanode_hostname
+            plan = self._group_plans[start] = group_plan(
+                self.map.block_at(start), policy, self.path, client.client_name,
+                lambda loc: xfer_address(loc, use_hostname),
+            )
         return plan
 
 
@@ -177,6 +196,7 @@ class HdfsClient:
             connect_penalty=self.options.connect_penalty_seconds, hedge_after=self.options.hedge_after,
         )
         self._nursery = nursery
+        self.striped = StripedReader(self)
         self.hedges = HedgeTimer()
         nursery.start_soon(self.hedges.run, nursery)
 
@@ -236,17 +256,28 @@ class HdfsClient:
             raise IsADirectory(f"{path}: is a directory")
         self.check_supported(path, status)
         await self.check_data_transfer()
-        blocksize = status.blocksize or 128 * 1024 * 1024
-        file = HdfsFile(path, status, window=self.options.location_window_blocks * blocksize)
+        file = HdfsFile(path, status, window=self.options.location_window_blocks * self.group_bytes(status))
         file.namenode = namenode
+        if status.HasField("ecPolicy"):
+            file.ec_policy = resolve_policy(status.ecPolicy, path)
         await self._locate(file, 0, file.window)
         file.opened = True
         return file
 
     @staticmethod
+    def group_bytes(status: FileStatus) -> int:
+        """File bytes per block: the block size, times the data units for an erasure-coded file."""
+        blocksize = status.blocksize or 128 * 1024 * 1024
+        if status.HasField("ecPolicy"):
+            return blocksize * resolve_policy(status.ecPolicy, "").data_units
+        return blocksize
+
+    @staticmethod
     def check_supported(path: str, status: FileStatus) -> None:
-        if status.HasField("ecPolicy") or status.flags & HAS_EC:
-            raise NotSupported(f"{path}: erasure-coded files are not supported")
+        if status.flags & HAS_EC and not status.HasField("ecPolicy"):
+            raise NotSupported(f"{path}: erasure-coded, but the NameNode did not name the policy")
+        if status.HasField("ecPolicy"):
+            resolve_policy(status.ecPolicy, path)  # an unknown codec fails here, at open
         if status.HasField("fileEncryptionInfo") or status.flags & HAS_CRYPT:
             raise NotSupported(f"{path}: files in an encryption zone are not supported")
 
@@ -289,8 +320,13 @@ class HdfsClient:
                 raise
             self.stats.files_changed += 1
             raise FileChanged(f"{file.path} was deleted or replaced since it was opened") from None
-        if lbs.HasField("ecPolicy"):
-            raise NotSupported(f"{file.path}: erasure-coded files are not supported")
+        if lbs.HasField("ecPolicy") != (file.ec_policy is not None):
+            self.stats.files_changed += 1
+            raise FileChanged(f"{file.path} changed since it was opened: its blocks are "
+                              f"{'now' if lbs.HasField('ecPolicy') else 'no longer'} erasure-coded")
+        if file.ec_policy is not None and lbs.underConstruction:
+            raise NotSupported(f"{file.path}: reading an erasure-coded file while it is being written is not "
+                               "supported")
         if lbs.HasField("fileEncryptionInfo"):
             raise NotSupported(f"{file.path}: files in an encryption zone are not supported")
         blocks = list(lbs.blocks)
@@ -403,6 +439,8 @@ class HdfsClient:
         total = self.options.timeouts.total
         failures: dict[str, str] = {}
         with trio.move_on_after(total):
+            if file.ec_policy is not None:
+                return await self.striped.read(file, piece, file.ec_policy)
             return await self._read_piece_with_failover(file, piece, failures)
         detail = "; ".join(f"{a}: {why}" for a, why in failures.items()) or "no replica answered"
         message = (
@@ -547,11 +585,21 @@ class HdfsClient:
         log.warning("%s: %s; trying the next replica", address, e)
         return False
 
+    def report_bad_internal_block(
+        self, path: str, block: hdfs_pb2.ExtendedBlockProto, loc: hdfs_pb2.DatanodeInfoProto,
+        token: rpc_pb2.TokenProto,
+    ) -> None:
+        """Tell the NameNode an erasure-coded group's internal block is corrupt on `loc`."""
+        self._report(path, hdfs_pb2.LocatedBlockProto(b=block, offset=0, locs=[loc], corrupt=False, blockToken=token))
+
     def _report_bad_replicas(self, path: str, block: LocatedBlock, bad: list[hdfs_pb2.DatanodeInfoProto]) -> None:
         """Tell the NameNode which replicas served corrupt data (in the background)."""
-        report = hdfs_pb2.LocatedBlockProto(
+        self._report(path, hdfs_pb2.LocatedBlockProto(
             b=block.b, offset=block.offset, locs=bad, corrupt=False, blockToken=block.blockToken
-        )
+        ))
+
+    def _report(self, path: str, report: LocatedBlock) -> None:
+        """Send one bad-block report in the background."""
 
         async def send() -> None:
             try:
@@ -559,9 +607,9 @@ class HdfsClient:
                 self.stats.bad_block_reports += 1
                 log.warning(
                     "%s: reported corrupt replica(s) of block %d on %s to the NameNode",
-                    path, block.b.blockId, ", ".join(xfer_address(b) for b in bad),
+                    path, report.b.blockId, ", ".join(xfer_address(b) for b in report.locs),
                 )
             except Exception as e:  # a background task: log, never escape
-                log.error("%s: reporting corrupt block %d failed: %s", path, block.b.blockId, e)
+                log.error("%s: reporting corrupt block %d failed: %s", path, report.b.blockId, e)
 
         self._nursery.start_soon(send)

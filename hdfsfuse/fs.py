@@ -29,6 +29,7 @@ import pyfuse3
 import trio
 
 from hdfsfuse.client import HdfsClient, HdfsFile
+from hdfsfuse.erasure import policy_name
 from hdfsfuse.errors import FileNotFound, HdfsError, to_errno
 from hdfsfuse.identity import Identities
 from hdfsfuse.inodes import ROOT_INODE, Entry, InodeTable
@@ -46,6 +47,7 @@ IS_SYMLINK = hdfs_pb2.HdfsFileStatusProto.IS_SYMLINK
 IS_FILE = hdfs_pb2.HdfsFileStatusProto.IS_FILE
 STATS_XATTR = b"user.hdfsfuse.stats"  # on the mount root: live stats as JSON
 FILE_XATTRS = (b"user.hdfs.replication", b"user.hdfs.block_size", b"user.hdfs.blocks")
+EC_XATTR = b"user.hdfs.ec_policy"  # files and directories with an erasure-coding policy
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 NEGATIVE_CACHE_MAX = 10_000  # remembered missing names, at most
 GROWING_ATTR_TIMEOUT = 1.0  # seconds the kernel keeps the size of a file being written
@@ -432,9 +434,16 @@ class HdfsOperations(pyfuse3.Operations):
             return [STATS_XATTR]
         async with self._request("listxattr", self._entry(inode).shown):
             st = await self._status(inode, ctx)
-        return list(FILE_XATTRS) if st.fileType == IS_FILE else []
+        names = list(FILE_XATTRS) if st.fileType == IS_FILE else []
+        return [*names, EC_XATTR] if st.HasField("ecPolicy") else names
 
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        if name == EC_XATTR:
+            async with self._request("getxattr", self._entry(inode).shown):
+                st = await self._status(inode, ctx)
+            if not st.HasField("ecPolicy"):
+                raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+            return policy_name(st.ecPolicy).encode()
         if name not in FILE_XATTRS:
             if inode == pyfuse3.ROOT_INODE and name == STATS_XATTR:
                 return json.dumps(self.stats_snapshot()).encode()
@@ -467,8 +476,10 @@ class HdfsOperations(pyfuse3.Operations):
             lbs = await nn.get_block_locations(nn_path, offset, window)
             fresh = [b for b in lbs.blocks if b.offset >= offset]
             for b in fresh:
-                item = {"offset": b.offset, "length": b.b.numBytes,
-                        "hosts": [f"{loc.id.hostName}:{loc.id.xferPort}" for loc in b.locs]}
+                item: dict[str, object] = {"offset": b.offset, "length": b.b.numBytes,
+                                           "hosts": [f"{loc.id.hostName}:{loc.id.xferPort}" for loc in b.locs]}
+                if b.HasField("blockIndices"):  # a striped group: the internal block index on each host
+                    item["indices"] = list(b.blockIndices)
                 size += len(json.dumps(item)) + 2
                 if size > XATTR_SIZE_MAX:
                     log.warning("%s: user.hdfs.blocks would be over %d bytes (E2BIG)", shown, XATTR_SIZE_MAX)

@@ -26,6 +26,8 @@ class Stats:
     token_refreshes: int = 0  # block tokens refused by a DataNode and fetched again
     hedged_reads: int = 0  # reads that also asked a second replica after the hedging threshold
     hedge_wins: int = 0  # ...and got their bytes from it first
+    ec_degraded_reads: int = 0  # erasure-coded unit ranges decoded from other units
+    ec_decoded_bytes: int = 0
     files_changed: int = 0  # reads refused because an open file was replaced, truncated or deleted
     cache_hits: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     cache_misses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -60,6 +62,8 @@ def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failove
         "token_refreshes": stats.token_refreshes,
         "hedged_reads": stats.hedged_reads,
         "hedge_wins": stats.hedge_wins,
+        "ec_degraded_reads": stats.ec_degraded_reads,
+        "ec_decoded_bytes": stats.ec_decoded_bytes,
         "files_changed": stats.files_changed,
         "namenode_failovers": namenode_failovers,
         "namenode_rpcs": dict(sorted(rpc_calls.items())),
@@ -87,6 +91,8 @@ _HELP = {
     "token_refreshes": "Block tokens refused by a DataNode and fetched again.",
     "hedged_reads": "Reads that also asked a second replica after the hedging threshold.",
     "hedge_wins": "Hedged reads answered first by the second replica.",
+    "ec_degraded_reads": "Erasure-coded ranges decoded from other units because a unit could not be read.",
+    "ec_decoded_bytes": "Bytes rebuilt by erasure decoding.",
     "files_changed": "Reads refused because the open file was replaced, truncated or deleted.",
     "namenode_failovers": "Switches to another NameNode.",
     "namenode_rpcs": "NameNode RPCs by method.",

@@ -27,12 +27,18 @@ import org.apache.hadoop.fs.permission.FsPermission;
 import org.apache.hadoop.hdfs.DistributedFileSystem;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
 import org.apache.hadoop.hdfs.MiniDFSNNTopology;
+import org.apache.hadoop.hdfs.protocol.AddErasureCodingPolicyResponse;
 import org.apache.hadoop.hdfs.protocol.DatanodeInfo;
+import org.apache.hadoop.hdfs.protocol.ErasureCodingPolicy;
+import org.apache.hadoop.hdfs.protocol.ExtendedBlock;
 import org.apache.hadoop.hdfs.protocol.HdfsFileStatus;
 import org.apache.hadoop.hdfs.protocol.LocatedBlock;
 import org.apache.hadoop.hdfs.protocol.LocatedBlocks;
+import org.apache.hadoop.hdfs.protocol.LocatedStripedBlock;
 import org.apache.hadoop.hdfs.server.datanode.DataNode;
 import org.apache.hadoop.hdfs.server.namenode.NameNode;
+import org.apache.hadoop.hdfs.util.StripedBlockUtil;
+import org.apache.hadoop.io.erasurecode.ECSchema;
 import org.apache.hadoop.metrics2.MetricsRecordBuilder;
 import org.apache.hadoop.test.MetricsAsserts;
 
@@ -404,12 +410,14 @@ public final class Main {
       case "sha256": sha256(text(cmd, "path"), r); break;
       case "blocks": blocks(text(cmd, "path"), r); break;
       case "stop_datanode": {
-        String xfer = text(cmd, "xfer");
+        // By address, or by the DataNode holding an internal block of a striped group.
+        String xfer = cmd.has("xfer") ? text(cmd, "xfer") : internalBlockHolder(cmd);
         MiniDFSCluster.DataNodeProperties p = cluster.stopDataNode(xfer);
         if (p == null) {
           throw new IllegalArgumentException("no running DataNode at " + xfer);
         }
         stopped.put(xfer, p);
+        r.put("xfer", xfer);
         break;
       }
       case "restart_datanode": {
@@ -419,7 +427,10 @@ public final class Main {
           throw new IllegalArgumentException("no stopped DataNode at " + xfer);
         }
         cluster.restartDataNode(p, true);
-        cluster.waitActive();
+        // Wait for this DataNode only: waitActive() would wait for the NameNode to count the
+        // running DataNodes, which never happens while another one is stopped (the NameNode
+        // still lists a stopped DataNode until its heartbeats expire).
+        cluster.waitDatanodeFullyStarted(cluster.getDataNodes().get(dataNodeIndex(xfer)), 60_000);
         r.set("datanodes", datanodes());
         break;
       }
@@ -500,6 +511,16 @@ public final class Main {
             org.apache.hadoop.fs.permission.AclEntry.parseAclSpec(text(cmd, "spec"), true));
         break;
       case "remove_acl": fs().removeAcl(new Path(text(cmd, "path"))); break;
+      case "set_ec_policy": {
+        Path dir = new Path(text(cmd, "path"));
+        String policy = text(cmd, "policy");
+        DistributedFileSystem fs = fs();
+        fs.enableErasureCodingPolicy(policy);
+        fs.mkdirs(dir);
+        fs.setErasureCodingPolicy(dir, policy);
+        break;
+      }
+      case "add_ec_policy": addEcPolicy(cmd, r); break;
       case "shutdown": break;
       default: throw new IllegalArgumentException("unknown command: " + name);
     }
@@ -619,7 +640,12 @@ public final class Main {
 
   private void blocks(String path, ObjectNode r) throws Exception {
     ArrayNode arr = r.putArray("blocks");
-    for (LocatedBlock lb : located(path).getLocatedBlocks()) {
+    LocatedBlocks all = located(path);
+    ErasureCodingPolicy ec = all.getErasureCodingPolicy();
+    if (ec != null) {
+      r.put("ec_policy", ec.getName());
+    }
+    for (LocatedBlock lb : all.getLocatedBlocks()) {
       ObjectNode b = arr.addObject();
       b.put("offset", lb.getStartOffset());
       b.put("length", lb.getBlockSize());
@@ -629,14 +655,73 @@ public final class Main {
       for (DatanodeInfo dn : lb.getLocations()) {
         locs.add(dn.getXferAddr());
       }
+      if (lb instanceof LocatedStripedBlock) {
+        // Each stored internal block: its index, id, length and DataNode (the NameNode's order).
+        LocatedStripedBlock sb = (LocatedStripedBlock) lb;
+        b.put("striped", true);
+        ArrayNode internal = b.putArray("internal");
+        byte[] indices = sb.getBlockIndices();
+        DatanodeInfo[] dns = sb.getLocations();
+        for (int i = 0; i < indices.length; i++) {
+          ObjectNode u = internal.addObject();
+          u.put("index", indices[i]);
+          u.put("block_id", lb.getBlock().getBlockId() + indices[i]);
+          u.put("length", StripedBlockUtil.getInternalBlockLength(
+              lb.getBlockSize(), ec.getCellSize(), ec.getNumDataUnits(), indices[i]));
+          u.put("xfer", dns[i].getXferAddr());
+        }
+      }
     }
+  }
+
+  /** The striped group `block_index` of `path`, checked. */
+  private LocatedStripedBlock stripedGroup(JsonNode cmd) throws Exception {
+    List<LocatedBlock> blocks = located(text(cmd, "path")).getLocatedBlocks();
+    int index = cmd.get("block_index").asInt();
+    if (index < 0 || index >= blocks.size()) {
+      throw new IllegalArgumentException("block_index out of range: " + index);
+    }
+    if (!(blocks.get(index) instanceof LocatedStripedBlock)) {
+      throw new IllegalArgumentException("block " + index + " of " + text(cmd, "path") + " is not striped");
+    }
+    return (LocatedStripedBlock) blocks.get(index);
+  }
+
+  /** The xfer address of the DataNode holding internal block `internal_index` of a striped group. */
+  private String internalBlockHolder(JsonNode cmd) throws Exception {
+    LocatedStripedBlock sb = stripedGroup(cmd);
+    int want = cmd.get("internal_index").asInt();
+    byte[] indices = sb.getBlockIndices();
+    for (int i = 0; i < indices.length; i++) {
+      if (indices[i] == want) {
+        return sb.getLocations()[i].getXferAddr();
+      }
+    }
+    throw new IllegalArgumentException("internal block " + want + " has no location");
+  }
+
+  private void addEcPolicy(JsonNode cmd, ObjectNode r) throws Exception {
+    ECSchema schema = new ECSchema(text(cmd, "codec"), cmd.get("data").asInt(), cmd.get("parity").asInt());
+    ErasureCodingPolicy wanted = new ErasureCodingPolicy(schema, cmd.get("cell_size").asInt());
+    DistributedFileSystem fs = fs();
+    AddErasureCodingPolicyResponse[] resp = fs.addErasureCodingPolicies(new ErasureCodingPolicy[] {wanted});
+    if (!resp[0].isSucceed()) {
+      // The same schema and cell size already exists under its composed name: use that one.
+      if (fs.getAllErasureCodingPolicies().stream().noneMatch(p -> p.getPolicy().getName().equals(wanted.getName()))) {
+        throw new IllegalStateException("adding " + wanted.getName() + " failed: " + resp[0].getErrorMsg());
+      }
+    }
+    String name = resp[0].isSucceed() ? resp[0].getPolicy().getName() : wanted.getName();
+    fs.enableErasureCodingPolicy(name);
+    r.put("name", name);
   }
 
   private int dataNodeIndex(String xfer) {
     List<DataNode> dns = cluster.getDataNodes();
     for (int i = 0; i < dns.size(); i++) {
-      if (dns.get(i).getDatanodeId().getXferAddr().equals(xfer)
-          || ("127.0.0.1:" + dns.get(i).getXferPort()).equals(xfer)) {
+      DataNode dn = dns.get(i);
+      if (("127.0.0.1:" + dn.getXferPort()).equals(xfer)
+          || (dn.getDatanodeId() != null && dn.getDatanodeId().getXferAddr().equals(xfer))) {
         return i;
       }
     }
@@ -653,9 +738,25 @@ public final class Main {
       throw new IllegalArgumentException("block_index out of range: " + index);
     }
     LocatedBlock lb = blocks.get(index);
-    File blockFile = cluster.getBlockFile(dataNodeIndex(text(cmd, "xfer")), lb.getBlock());
-    if (blockFile == null) {
-      throw new IllegalArgumentException("that DataNode holds no replica of block " + index);
+    ExtendedBlock block = lb.getBlock();
+    String xfer;
+    if (cmd.has("internal_index")) {
+      // One internal block of a striped group, on the DataNode that holds it.
+      ErasureCodingPolicy ec = located(path).getErasureCodingPolicy();
+      block = StripedBlockUtil.constructInternalBlock(block, ec.getCellSize(), ec.getNumDataUnits(),
+          cmd.get("internal_index").asInt());
+      xfer = cmd.has("xfer") ? text(cmd, "xfer") : internalBlockHolder(cmd);
+    } else {
+      xfer = text(cmd, "xfer");
+    }
+    // Ask the DataNode itself: MiniDFSCluster's index-based lookups go wrong once a DataNode
+    // has been restarted (it moves to the end of the list; its directories do not).
+    File blockFile;
+    try {
+      blockFile = new File(cluster.getDataNodes().get(dataNodeIndex(xfer)).getFSDataset()
+          .getBlockLocalPathInfo(block).getBlockPath());
+    } catch (java.io.IOException e) {
+      throw new IllegalArgumentException("that DataNode holds no replica of block " + index + ": " + e);
     }
     if (offset < 0 || offset + length > blockFile.length()) {
       throw new IllegalArgumentException("offset/length outside the block file");
@@ -671,7 +772,8 @@ public final class Main {
       f.write(buf);
     }
     r.put("block_file", blockFile.getPath());
-    r.put("block_id", lb.getBlock().getBlockId());
+    r.put("block_id", block.getBlockId());
+    r.put("xfer", xfer);
   }
 
   private void corruptReplicas(String path, ObjectNode r) throws Exception {

@@ -1,0 +1,213 @@
+"""Reading erasure-coded block groups over trio: healthy reads, and degraded reads that decode.
+
+Does I/O; the layout and the plan are `hdfsfuse.striping`, the arithmetic `hdfsfuse.erasure`.
+
+    piece of a group [offset, +length)
+      -> plan_group_read(): one exact READ_BLOCK per data unit touched, all concurrent
+      -> a unit that fails (no location, refused, dead, corrupt chunk, ...):
+         read the same in-block range from k other units (data first, then parity; units past
+         their stored length are zeros and cost nothing), decode it, and scatter it.
+
+A degraded 4 KiB read inside one cell thus costs k x 4 KiB, as Java's pread does. A unit that
+failed is remembered per group (`HdfsFile.dead`), so later reads decode at once. A corrupt
+internal block is reported to the NameNode. A refused block token refetches the group's
+locations once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+import trio
+
+from hdfsfuse import dtp, erasure
+from hdfsfuse.datanode import ConnectFailed, read_replica
+from hdfsfuse.erasure import EcPolicy
+from hdfsfuse.errors import BlockUnavailable, ChecksumMismatch, HdfsError
+from hdfsfuse.planner import Piece
+from hdfsfuse.proto import hdfs_pb2, rpc_pb2
+from hdfsfuse.striping import UnitRead, decode_sources, internal_length, plan_group_read
+from hdfsfuse.wire import ProtocolError
+
+if TYPE_CHECKING:
+    from hdfsfuse.client import HdfsClient, HdfsFile
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+UINT64 = (1 << 64) - 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UnitSource:
+    """One stored internal block: where it is and how to ask for it."""
+
+    address: str
+    loc: hdfs_pb2.DatanodeInfoProto
+    block: hdfs_pb2.ExtendedBlockProto
+    token: rpc_pb2.TokenProto
+    header_field: bytes
+    what: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupPlan:
+    """A located block group: each internal block's stored length and locations."""
+
+    start: int  # the group's file offset
+    lengths: tuple[int, ...]
+    sources: dict[int, list[UnitSource]]  # unit index -> locations, the NameNode's order
+
+
+def group_plan(block: hdfs_pb2.LocatedBlockProto, policy: EcPolicy, path: str, client_name: str,
+               address_of: Callable[[hdfs_pb2.DatanodeInfoProto], str]) -> GroupPlan:
+    """The internal blocks of a located group (`address_of(loc)` names a DataNode's data port)."""
+    indices = block.blockIndices
+    if len(indices) != len(block.locs):
+        raise ProtocolError(f"{path}: block group {block.b.blockId} has {len(block.locs)} locations but "
+                            f"{len(indices)} block indices")
+    tokens = list(block.blockTokens)
+    lengths = tuple(internal_length(block.b.numBytes, policy, i) for i in range(policy.units))
+    sources: dict[int, list[UnitSource]] = {}
+    for pos, (index, loc) in enumerate(zip(indices, block.locs, strict=True)):
+        if index >= policy.units:
+            raise ProtocolError(f"{path}: block group {block.b.blockId} lists internal block {index}, beyond "
+                                f"{policy.name}'s {policy.units} units")
+        internal = hdfs_pb2.ExtendedBlockProto(
+            poolId=block.b.poolId, blockId=(block.b.blockId + index) & UINT64,
+            generationStamp=block.b.generationStamp, numBytes=lengths[index],
+        )
+        token = tokens[pos] if pos < len(tokens) else block.blockToken
+        address = address_of(loc)
+        header = dtp.header_field(dtp.encode_op_header(internal, token, client_name))
+        what = f"internal block {index} ({internal.blockId}) of {path} on DataNode {address}"
+        sources.setdefault(index, []).append(UnitSource(address, loc, internal, token, header, what))
+    return GroupPlan(block.offset, lengths, sources)
+
+
+class _TokenRefused(Exception):
+    """A DataNode refused an internal block's token: refetch the group's locations."""
+
+
+class StripedReader:
+    """Reads pieces of erasure-coded files for an `HdfsClient` (its pool, security and stats)."""
+
+    def __init__(self, client: HdfsClient) -> None:
+        self.client = client
+
+    async def read(self, file: HdfsFile, piece: Piece, policy: EcPolicy) -> bytearray:
+        token_refreshed = False
+        while True:
+            plan = file.group_plan(piece.block_start, policy, self.client)
+            try:
+                return await self._read_group(file, plan, piece, policy)
+            except _TokenRefused:
+                if token_refreshed:
+                    raise BlockUnavailable(f"{file.path}: block tokens of the group at file offset "
+                                           f"{piece.block_start} were refused twice") from None
+                token_refreshed = True
+                self.client.stats.token_refreshes += 1
+                log.info("%s: a block token was refused; fetching the group's locations again", file.path)
+                await self.client._locate(file, piece.block_start, 1)
+
+    async def _read_group(self, file: HdfsFile, plan: GroupPlan, piece: Piece, policy: EcPolicy) -> bytearray:
+        output = bytearray(piece.length)
+        reads = plan_group_read(policy, piece.offset_in_block, piece.length)
+        dead = file.dead.setdefault(plan.start, set())
+        failed: dict[int, str] = {}  # unit -> why it cannot be read in this piece
+        fetched: dict[int, tuple[int, bytes | bytearray]] = {}  # unit -> (in-block start, bytes) read so far
+
+        async def healthy(read: UnitRead) -> None:
+            data = await self._read_unit(file, plan, read.unit, read.start, read.length, dead, failed)
+            if data is not None:
+                fetched[read.unit] = (read.start, data)
+                read.scatter(data, output)
+
+        await _all(healthy, reads)
+        for read in reads:
+            if read.unit in failed:
+                data = await self._recover(file, plan, policy, read, dead, failed, fetched)
+                read.scatter(data, output)
+        return output
+
+    async def _recover(self, file: HdfsFile, plan: GroupPlan, policy: EcPolicy, read: UnitRead, dead: set[str],
+                       failed: dict[int, str], fetched: dict[int, tuple[int, bytes | bytearray]]) -> bytes:
+        """Unit `read.unit`'s in-block range, decoded from k other units' same range."""
+        start, length = read.start, read.length
+        stats = self.client.stats
+        while True:
+            sources = decode_sources(policy, read.unit, set(failed))
+            if sources is None:
+                reasons = "; ".join(f"unit {u}: {why}" for u, why in sorted(failed.items()))
+                raise BlockUnavailable(
+                    f"{file.path}: the block group at file offset {plan.start} has {len(failed)} unreadable "
+                    f"units and {policy.name} can rebuild only {policy.parity_units}: {reasons}"
+                )
+            inputs: dict[int, bytes | bytearray] = {}
+
+            async def source(unit: int, inputs: dict[int, bytes | bytearray] = inputs) -> None:
+                stored = min(start + length, plan.lengths[unit]) - start  # beyond it: zeros
+                data: bytes | bytearray | None = b""
+                have = fetched.get(unit)
+                if stored <= 0:
+                    data = b""
+                elif have is not None and have[0] <= start and have[0] + len(have[1]) >= start + stored:
+                    data = bytes(memoryview(have[1])[start - have[0] : start - have[0] + stored])
+                else:
+                    data = await self._read_unit(file, plan, unit, start, stored, dead, failed)
+                    if data is None:
+                        return
+                    fetched.setdefault(unit, (start, data))
+                inputs[unit] = data if len(data) == length else bytes(data) + bytes(length - len(data))
+
+            await _all(source, sources)
+            if len(inputs) == policy.data_units:
+                stats.ec_degraded_reads += 1
+                stats.ec_decoded_bytes += length
+                return erasure.decode(policy.codec, policy.data_units, policy.parity_units, inputs,
+                                      [read.unit], length)[read.unit]
+
+    async def _read_unit(self, file: HdfsFile, plan: GroupPlan, unit: int, start: int, length: int,
+                         dead: set[str], failed: dict[int, str]) -> bytearray | None:
+        """Exactly `length` bytes at `start` of one internal block, or None (recorded in `failed`)."""
+        client = self.client
+        sources = [s for s in plan.sources.get(unit, []) if s.address not in dead]
+        if not sources:
+            failed[unit] = "no live location" if unit in plan.sources else "no location"
+            return None
+        for src in sources:
+            request = dtp.encode_read_block(src.header_field, start, length)
+            security = None if client.dn_security is None else client.dn_security.for_block(src.token)
+            try:
+                return await read_replica(client.pool, src.address, request, start, length, src.what,
+                                          client.options.timeouts, client.stats, security)
+            except dtp.InvalidBlockToken:
+                raise _TokenRefused from None
+            except (HdfsError, ProtocolError) as e:
+                failed[unit] = f"{src.address}: {e}"
+                dead.add(src.address)
+                if isinstance(e, ChecksumMismatch):
+                    client.stats.checksum_failures += 1
+                    client.report_bad_internal_block(file.path, src.block, src.loc, src.token)
+                    log.warning("%s; decoding around it", e)
+                else:
+                    if isinstance(e, ConnectFailed):
+                        client.replicas.refused(src.address, trio.current_time())
+                    log.warning("%s: %s; decoding around it", src.what, e)
+        return None
+
+
+async def _all(fn: Callable[[T], Awaitable[None]], items: Sequence[T]) -> None:
+    """Run fn(item) for every item concurrently (inline when there is one)."""
+    if len(items) == 1:
+        await fn(items[0])
+        return
+    try:
+        async with trio.open_nursery() as nursery:
+            for item in items:
+                nursery.start_soon(fn, item)
+    except BaseExceptionGroup as group:
+        raise group.exceptions[0] from None

@@ -1,0 +1,272 @@
+"""Erasure-coded files through the real mount, on real clusters whose files the Java client wrote
+(so Java computed every parity byte we decode from): RS-3-2 and XOR-2-1 with small custom cells,
+RS-6-3 and RS-LEGACY-6-3 with the built-in 1 MiB cells. Healthy reads must be exact on the wire;
+degraded reads (stopped DataNodes, a corrupt cell) must decode Hadoop's bytes."""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import json
+import os
+import random
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import random_bytes, wait_until
+from tests.minidfs import ClusterOptions, MiniDfs
+from tests.mounting import Mount
+
+KiB, MiB = 1 << 10, 1 << 20
+CELL = 64 * KiB
+FAST = "connect_timeout=1,read_timeout=2,total_timeout=20,request_timeout=30"
+
+
+def _stats(mount: Mount) -> dict[str, object]:
+    return json.loads(os.getxattr(mount.dir, "user.hdfsfuse.stats"))
+
+
+def _counter(mount: Mount, name: str) -> int:
+    return int(_stats(mount)[name])  # type: ignore[call-overload]
+
+
+def _put(cluster: MiniDfs, files: dict[str, bytes], path: str, data: bytes, block_size: int) -> None:
+    files[path] = cluster.put_bytes(data, path, block_size=block_size)
+
+
+def check_reads(mount: Mount, files: dict[str, bytes], tmp_path: Path, preads: int = 40, seed: int = 0) -> None:
+    """cmp and dd of every whole file, then random preads (cells straddled, unaligned), all exact."""
+    rng = random.Random(seed)
+    for path, data in files.items():
+        local = tmp_path / "expected"
+        local.write_bytes(data)
+        subprocess.run(["cmp", mount.path(path), str(local)], check=True, capture_output=True)
+        dd = subprocess.run(["dd", f"if={mount.path(path)}", "bs=64k", "status=none"], check=True,
+                            capture_output=True)
+        assert dd.stdout == data
+        fd = os.open(mount.path(path), os.O_RDONLY)
+        try:
+            for _ in range(preads):
+                off = rng.randrange(len(data))
+                n = rng.choice([1, 4096, 5000, CELL + 17, 3 * CELL])
+                assert os.pread(fd, n, off) == data[off : off + n], (path, off, n)
+            assert os.pread(fd, 10, len(data)) == b""
+        finally:
+            os.close(fd)
+
+
+def _group_holders(cluster: MiniDfs, path: str, group: int = 0) -> dict[str, int]:
+    """xfer address -> the internal block index it holds in one group of `path`."""
+    return {u["xfer"]: u["index"] for u in cluster.blocks(path)[group]["internal"]}
+
+
+# ----- RS-3-2 on 5 DataNodes, 64 KiB cells ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def rs32() -> Iterator[tuple[MiniDfs, dict[str, bytes]]]:
+    with MiniDfs(ClusterOptions(datanodes=5, block_tokens=True)) as c:
+        c.set_ec_policy("/ec", c.add_ec_policy("rs", 3, 2, CELL))
+        files: dict[str, bytes] = {}
+        group = 3 * 2 * CELL  # 128 KiB internal blocks: two rows per group
+        # Two whole groups, then a row, a cell and a half and 123 bytes: a short last stripe
+        # whose third unit holds nothing in that row.
+        _put(c, files, "/ec/odd", random_bytes(2 * group + 3 * CELL + CELL + CELL // 2 + 123, seed=140), 2 * CELL)
+        _put(c, files, "/ec/exact", random_bytes(3 * group, seed=141), 2 * CELL)
+        _put(c, files, "/ec/small", random_bytes(100, seed=142), 2 * CELL)  # units 1 and 2 are not stored
+        yield c, files
+
+
+def test_healthy_reads_are_exact_on_the_wire(rs32, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    c, files = rs32
+    m = mount(c, "direct_io")
+    check_reads(m, files, tmp_path)
+    blocks = c.blocks("/ec/odd")
+    assert [len(b["internal"]) for b in blocks] == [5, 5, 5]
+    assert [u["length"] for u in blocks[2]["internal"]] == [2 * CELL, CELL + CELL // 2 + 123, CELL, 2 * CELL, 2 * CELL]
+    assert sorted(u["index"] for u in c.blocks("/ec/small")[0]["internal"]) == [0, 3, 4]
+    # 4 KiB reads cost 4 KiB from one DataNode: no cell, no stripe.
+    data = files["/ec/odd"]
+    rng = random.Random(3)
+    offsets = [rng.randrange(0, len(data) - 4096) // 4096 * 4096 for _ in range(40)]
+    before = c.metrics_total()
+    fd = os.open(m.path("/ec/odd"), os.O_RDONLY)
+    try:
+        for off in offsets:
+            assert os.pread(fd, 4096, off) == data[off : off + 4096]
+    finally:
+        os.close(fd)
+    after = c.metrics_after(before, len(offsets))
+    assert after["ReadBlockOpNumOps"] - before["ReadBlockOpNumOps"] == len(offsets)
+    assert after["BytesRead"] - before["BytesRead"] <= 1.02 * len(offsets) * 4096
+    assert _counter(m, "ec_degraded_reads") == 0
+
+
+def test_ec_policy_and_indices_show_as_xattrs(rs32, mount) -> None:  # type: ignore[no-untyped-def]
+    c, _ = rs32
+    m = mount(c)
+    assert "user.hdfs.ec_policy" in os.listxattr(m.path("/ec/odd"))
+    assert os.getxattr(m.path("/ec/odd"), "user.hdfs.ec_policy") == b"RS-3-2-64k"
+    assert os.getxattr(m.path("/ec"), "user.hdfs.ec_policy") == b"RS-3-2-64k"  # the directory's own
+    assert "user.hdfs.ec_policy" not in os.listxattr(m.path("/"))
+    listed = json.loads(os.getxattr(m.path("/ec/odd"), "user.hdfs.blocks"))
+    assert [sorted(b["indices"]) for b in listed] == [[0, 1, 2, 3, 4]] * 3
+    assert os.stat(m.path("/ec/odd")).st_size == len(rs32[1]["/ec/odd"])
+
+
+def test_every_single_unit_failure_decodes(rs32, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    c, files = rs32
+    m = mount(c, "direct_io", FAST)
+    holders = _group_holders(c, "/ec/odd")
+    assert sorted(holders.values()) == [0, 1, 2, 3, 4]  # each DataNode holds one unit of a group
+    for xfer, index in sorted(holders.items(), key=lambda h: h[1]):
+        degraded = _counter(m, "ec_degraded_reads")
+        c.stop_datanode(xfer)
+        try:
+            if index == 0:  # a 4 KiB read in a lost cell costs k x 4 KiB, from the other units
+                before = c.metrics_total()
+                fd = os.open(m.path("/ec/odd"), os.O_RDONLY)
+                try:
+                    assert os.pread(fd, 4096, 8192) == files["/ec/odd"][8192:12288]
+                finally:
+                    os.close(fd)
+                after = c.metrics_after(before, 3)
+                assert after["BytesRead"] - before["BytesRead"] <= 3 * 4096 * 1.02
+            check_reads(m, files, tmp_path, preads=20, seed=index)
+        finally:
+            c.restart_datanode(xfer)
+        if index < 3:  # a lost data unit is decoded; a lost parity unit is never needed
+            assert _counter(m, "ec_degraded_reads") > degraded
+    assert "decoding around it" in m.log_text()
+
+
+def test_every_double_unit_failure_decodes(rs32, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    c, files = rs32
+    m = mount(c, "direct_io", FAST)
+    odd = {"/ec/odd": files["/ec/odd"], "/ec/small": files["/ec/small"]}
+    holders = _group_holders(c, "/ec/odd")
+    for pair in itertools.combinations(sorted(holders, key=holders.__getitem__), 2):
+        for xfer in pair:
+            c.stop_datanode(xfer)
+        try:
+            check_reads(m, odd, tmp_path, preads=10, seed=hash(pair) & 0xFFFF)
+        finally:
+            for xfer in pair:
+                c.restart_datanode(xfer)
+
+
+def test_three_lost_units_fail_with_one_clear_line(rs32, mount) -> None:  # type: ignore[no-untyped-def]
+    c, _ = rs32
+    m = mount(c, "direct_io", FAST)
+    held = _group_holders(c, "/ec/exact")
+    holders = sorted(held, key=held.__getitem__)
+    lost = holders[:3]  # data units 0, 1 and 2 of the first group
+    for xfer in lost:
+        c.stop_datanode(xfer)
+    try:
+        fd = os.open(m.path("/ec/exact"), os.O_RDONLY)
+        try:
+            with pytest.raises(OSError) as e:
+                os.pread(fd, 4096, 0)
+            assert e.value.errno == errno.EIO
+        finally:
+            os.close(fd)
+    finally:
+        for xfer in lost:
+            c.restart_datanode(xfer)
+    lines = [line for line in m.log_text().splitlines() if "can rebuild only 2" in line]
+    assert len(lines) == 1 and "ERROR" in lines[0], lines
+
+
+def test_a_corrupt_cell_is_found_by_its_checksum_and_decoded_around(rs32, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    c, _ = rs32
+    data = c.put_bytes(random_bytes(4 * 3 * CELL, seed=143), "/ec/corrupt", block_size=2 * CELL)
+    # Internal block 1 holds cells 1 and 4 of the first group; flip 16 bytes inside cell 4.
+    c.corrupt_replica("/ec/corrupt", 0, None, offset=CELL + 1000, length=16, internal_index=1)
+    m = mount(c, "direct_io")
+    start = 4 * CELL + 900  # the corrupt bytes are at group offset 4*CELL + 1000
+    fd = os.open(m.path("/ec/corrupt"), os.O_RDONLY)
+    try:
+        assert os.pread(fd, 4096, start) == data[start : start + 4096]
+    finally:
+        os.close(fd)
+    check_reads(m, {"/ec/corrupt": data}, tmp_path, preads=10)
+    assert _counter(m, "checksum_failures") >= 1
+    assert _counter(m, "ec_degraded_reads") >= 1
+    assert "checksum mismatch" in m.log_text()
+    wait_until(lambda: _counter(m, "bad_block_reports") >= 1, "the corrupt internal block was never reported")
+    assert c.corrupt_replicas("/ec/corrupt") == [1, 0]  # the NameNode holds that internal block as corrupt
+
+
+# ----- XOR-2-1 on 3 DataNodes ------------------------------------------------------------------
+
+def test_xor_files_read_and_decode_every_single_failure(fresh_cluster, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    c: MiniDfs = fresh_cluster(datanodes=3)
+    c.set_ec_policy("/x", c.add_ec_policy("xor", 2, 1, CELL))
+    files: dict[str, bytes] = {}
+    _put(c, files, "/x/odd", random_bytes(2 * 2 * 2 * CELL + 3 * CELL + 77, seed=150), 2 * CELL)
+    _put(c, files, "/x/small", random_bytes(CELL + 5, seed=151), 2 * CELL)
+    m = mount(c, "direct_io", FAST)
+    check_reads(m, files, tmp_path)
+    assert os.getxattr(m.path("/x/odd"), "user.hdfs.ec_policy") == b"XOR-2-1-64k"
+    holders = _group_holders(c, "/x/odd")
+    assert sorted(holders.values()) == [0, 1, 2]
+    for xfer in holders:
+        c.stop_datanode(xfer)
+        try:
+            check_reads(m, files, tmp_path, preads=15, seed=holders[xfer])
+        finally:
+            c.restart_datanode(xfer)
+    assert _counter(m, "ec_degraded_reads") > 0
+
+
+# ----- RS-6-3 and RS-LEGACY-6-3 on 9 DataNodes, 1 MiB cells ------------------------------------
+
+def test_rs_6_3_and_legacy_decode_every_single_failure(fresh_cluster, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    c: MiniDfs = fresh_cluster(datanodes=9)
+    c.set_ec_policy("/rs63", "RS-6-3-1024k")
+    c.set_ec_policy("/legacy", "RS-LEGACY-6-3-1024k")
+    files: dict[str, bytes] = {}
+    # One whole group (6 MiB), then 3 MiB + 777 bytes: units 4 and 5 of the last group are empty.
+    _put(c, files, "/rs63/f", random_bytes(9 * MiB + 777, seed=160), MiB)
+    _put(c, files, "/legacy/f", random_bytes(7 * MiB + 3, seed=161), MiB)
+    assert [len(b["internal"]) for b in c.blocks("/rs63/f")] == [9, 7]
+    m = mount(c, "direct_io", FAST)
+    check_reads(m, files, tmp_path, preads=20)
+    assert os.getxattr(m.path("/legacy/f"), "user.hdfs.ec_policy") == b"RS-LEGACY-6-3-1024k"
+    holders = _group_holders(c, "/rs63/f")
+    assert sorted(holders.values()) == list(range(9))
+    for xfer in holders:
+        c.stop_datanode(xfer)
+        try:
+            check_reads(m, files, tmp_path, preads=8, seed=holders[xfer])
+        finally:
+            c.restart_datanode(xfer)
+    assert _counter(m, "ec_degraded_reads") > 0
+
+
+def test_harness_ec_commands_over_json_lines(rs32) -> None:  # type: ignore[no-untyped-def]
+    c, _ = rs32
+    again = c.command("add_ec_policy", codec="rs", data=3, parity=2, cell_size=CELL)
+    assert again == {"ok": True, "name": "RS-3-2-64k"}  # the same schema and cell: the same policy
+    assert c.command("set_ec_policy", path="/ec-builtin", policy="RS-3-2-1024k") == {"ok": True}
+    c.put_bytes(random_bytes(MiB + 5, seed=144), "/ec-builtin/f")
+    reply = c.command("blocks", path="/ec-builtin/f")
+    assert reply["ec_policy"] == "RS-3-2-1024k"
+    (group,) = reply["blocks"]
+    assert group["striped"] is True and group["length"] == MiB + 5
+    by_index = {u["index"]: u for u in group["internal"]}
+    assert sorted(by_index) == [0, 1, 3, 4]  # unit 2 holds nothing: not stored
+    assert [by_index[i]["length"] for i in (0, 1, 3, 4)] == [MiB, 5, MiB, MiB]
+    assert {by_index[i]["block_id"] - group["block_id"] for i in by_index} == {0, 1, 3, 4}
+    stopped = c.command("stop_datanode", path="/ec-builtin/f", block_index=0, internal_index=3)
+    try:
+        assert stopped["xfer"] == by_index[3]["xfer"]
+    finally:
+        c.restart_datanode(stopped["xfer"])
+    flipped = c.command("corrupt_replica", path="/ec/exact", block_index=1, internal_index=4, offset=0, length=1)
+    c.command("corrupt_replica", path="/ec/exact", block_index=1, internal_index=4, offset=0, length=1)  # undo
+    assert _group_holders(c, "/ec/exact", 1)[flipped["xfer"]] == 4
+    assert flipped["block_id"] == c.blocks("/ec/exact")[1]["block_id"] + 4
