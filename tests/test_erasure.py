@@ -201,3 +201,46 @@ def test_decode_sources_give_up_beyond_the_parity_count(lost: tuple[int, int]) -
     rest = [u for u in range(5) if u not in lost]
     assert decode_sources(RS32, erased, {other}) == rest  # two lost: the other three
     assert decode_sources(RS32, erased, {other, rest[0]}) is None  # three lost: RS-3-2 rebuilds two
+
+
+# ----- a located group -------------------------------------------------------------------------
+
+def _located_group(indices: bytes, numbytes: int = 3 * (1 << 20) + 5) -> hdfs_pb2.LocatedBlockProto:
+    lb = hdfs_pb2.LocatedBlockProto(
+        b=hdfs_pb2.ExtendedBlockProto(poolId="bp", blockId=(1 << 63) + 16 * 7, generationStamp=1001,
+                                      numBytes=numbytes),
+        offset=0, blockIndices=indices)
+    for pos, _index in enumerate(indices):
+        loc = lb.locs.add()
+        loc.id.ipAddr, loc.id.xferPort = "127.0.0.1", 9000 + pos
+        lb.blockTokens.add(identifier=bytes([pos]), password=b"p", kind="HDFS_BLOCK_TOKEN", service="")
+    return lb
+
+
+def test_group_plan_names_each_internal_block_with_its_own_token() -> None:
+    from hdfsfuse.striped_reader import group_plan
+
+    plan = group_plan(_located_group(bytes([4, 0, 3, 1, 0])), RS32, "/f", "client",
+                      lambda loc: f"{loc.id.ipAddr}:{loc.id.xferPort}")
+    mib = 1 << 20
+    assert plan.lengths == (mib + 5, mib, mib, mib + 5, mib + 5)  # a second row of 5 bytes
+    assert sorted(plan.sources) == [0, 1, 3, 4]  # unit 2 has no location: decoded when read
+    # A duplicated index is a second location of the same internal block, in the NameNode's order.
+    assert [s.address for s in plan.sources[0]] == ["127.0.0.1:9001", "127.0.0.1:9004"]
+    three = plan.sources[3][0]
+    assert three.block.blockId == (1 << 63) + 16 * 7 + 3  # ids in uint64 space
+    assert three.block.generationStamp == 1001 and three.block.numBytes == plan.lengths[3]
+    assert three.token.identifier == bytes([2])  # blockTokens[pos], not the group's token
+    assert "internal block 3" in three.what and "/f" in three.what
+
+
+def test_group_plan_refuses_inconsistent_answers() -> None:
+    from hdfsfuse.striped_reader import group_plan
+    from hdfsfuse.wire import ProtocolError
+
+    bad = _located_group(bytes([0, 1, 2]))
+    bad.blockIndices = bytes([0, 1])
+    with pytest.raises(ProtocolError, match="3 locations but 2 block indices"):
+        group_plan(bad, RS32, "/f", "c", lambda loc: "a")
+    with pytest.raises(ProtocolError, match="internal block 7, beyond RS-3-2-1024k's 5 units"):
+        group_plan(_located_group(bytes([0, 7])), RS32, "/f", "c", lambda loc: "a")

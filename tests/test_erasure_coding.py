@@ -198,6 +198,11 @@ def test_a_corrupt_cell_is_found_by_its_checksum_and_decoded_around(rs32, mount,
     assert "checksum mismatch" in m.log_text()
     wait_until(lambda: _counter(m, "bad_block_reports") >= 1, "the corrupt internal block was never reported")
     assert c.corrupt_replicas("/ec/corrupt") == [1, 0]  # the NameNode holds that internal block as corrupt
+    # ...and no longer lists it: a new open finds unit 1 missing and decodes it from the start.
+    assert sorted(u["index"] for u in c.blocks("/ec/corrupt")[0]["internal"]) == [0, 2, 3, 4]
+    fresh = mount(c, "direct_io")
+    check_reads(fresh, {"/ec/corrupt": data}, tmp_path, preads=10, seed=1)
+    assert _counter(fresh, "ec_degraded_reads") >= 1 and _counter(fresh, "checksum_failures") == 0
 
 
 # ----- XOR-2-1 on 3 DataNodes ------------------------------------------------------------------
@@ -270,3 +275,15 @@ def test_harness_ec_commands_over_json_lines(rs32) -> None:  # type: ignore[no-u
     c.command("corrupt_replica", path="/ec/exact", block_index=1, internal_index=4, offset=0, length=1)  # undo
     assert _group_holders(c, "/ec/exact", 1)[flipped["xfer"]] == 4
     assert flipped["block_id"] == c.blocks("/ec/exact")[1]["block_id"] + 4
+
+
+def test_files_in_an_encryption_zone_answer_eopnotsupp(rs32, mount) -> None:  # type: ignore[no-untyped-def]
+    c, _ = rs32
+    c.create_encryption_zone("/ez", "zone-key")
+    data = c.put_bytes(random_bytes(10_000, seed=145), "/ez/f")
+    m = mount(c)
+    assert os.stat(m.path("/ez/f")).st_size == len(data)  # the metadata is still there
+    with pytest.raises(OSError) as e:
+        open(m.path("/ez/f"), "rb")
+    assert e.value.errno == errno.EOPNOTSUPP
+    assert "/ez/f: files in an encryption zone are not supported" in m.log_text()

@@ -343,6 +343,10 @@ class MiniDfs:
         return self.command("corrupt_replica", path=path, block_index=block_index, offset=offset, length=length,
                             **fields)
 
+    def create_encryption_zone(self, path: str, key: str) -> None:
+        """Make directory `path` an encryption zone under `key` (created in the cluster's key store)."""
+        self.command("create_encryption_zone", path=path, key=key)
+
     def set_ec_policy(self, path: str, policy: str) -> None:
         """Enable an erasure-coding policy if needed and set it on directory `path` (created)."""
         self.command("set_ec_policy", path=path, policy=policy)

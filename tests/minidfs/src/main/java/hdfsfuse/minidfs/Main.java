@@ -185,6 +185,9 @@ public final class Main {
     conf.setInt("dfs.safemode.extension", 0);
     conf.setInt("dfs.namenode.safemode.extension", 0);
     conf.setInt("dfs.heartbeat.interval", 1);
+    // A file-based key store as the NameNode's KMS, so tests can make encryption zones.
+    conf.set("hadoop.security.key.provider.path",
+        "jceks://file" + new File(base, "keys.jceks").getAbsolutePath());
     conf.set("dfs.namenode.rpc-bind-host", "127.0.0.1");
     // The name DataNodes register with (their IP stays 127.0.0.1): clients honouring
     // dfs.client.use.datanode.hostname connect to it.
@@ -521,6 +524,17 @@ public final class Main {
         break;
       }
       case "add_ec_policy": addEcPolicy(cmd, r); break;
+      case "create_encryption_zone": {
+        String key = text(cmd, "key");
+        Path dir = new Path(text(cmd, "path"));
+        if (cluster.getNamesystem(activeNameNode()).getProvider().getMetadata(key) == null) {
+          org.apache.hadoop.hdfs.DFSTestUtil.createKey(key, cluster, activeNameNode(), conf);
+        }
+        fs().mkdirs(dir);
+        new org.apache.hadoop.hdfs.client.HdfsAdmin(new java.net.URI(fsUri()), conf).createEncryptionZone(
+            dir, key, java.util.EnumSet.of(org.apache.hadoop.hdfs.client.CreateEncryptionZoneFlag.NO_TRASH));
+        break;
+      }
       case "shutdown": break;
       default: throw new IllegalArgumentException("unknown command: " + name);
     }
