@@ -9,7 +9,8 @@ medians reported, CPU per read beside reads/s.
 
 - W1: random page-aligned 4 KiB reads: the mount (default page-cache mode), the library and
   Java pread; reads/s, CPU per read, BytesRead amplification (the DataNodes' own counter).
-- W3: one sequential read of the whole file: the mount and Java's stream read; MB/s.
+- W3: one sequential read of the whole file: the mount (page cache, the default, and direct_io),
+  the library (two 8 MiB reads in flight) and Java's stream read; MB/s.
 - Degraded: the same W1 with the DataNode of one data unit stopped, mount and Java pread.
 - Decode: MB/s of `erasure.decode` rebuilding one 1 MiB unit (RS-3-2, RS-6-3, RS-LEGACY-6-3,
   XOR-2-1), in this process.
@@ -87,6 +88,7 @@ def main() -> None:
         warm = offsets_file("warm", random_reads(size, 200, 4096, True, 99))
         w1 = offsets_file("w1", random_reads(size, a.reads, 4096, True, 11))
         mount = Mount(cluster)
+        direct = Mount(cluster, "direct_io")
         try:
             random_contenders = [
                 Contender("hdfsfuse mount (page cache)", _worker("mount", cluster, mount), lambda: daemon_pid(mount)),
@@ -95,6 +97,8 @@ def main() -> None:
             ]
             seq_contenders = [
                 Contender("hdfsfuse mount (page cache)", _worker("mount", cluster, mount), lambda: daemon_pid(mount)),
+                Contender("hdfsfuse mount (direct_io)", _worker("mount", cluster, direct), lambda: daemon_pid(direct)),
+                Contender("hdfsfuse library", _worker("library", cluster)),
                 Contender("Java stream read", _java(cluster, "stream")),
             ]
             measure(cluster, "warm-up", random_contenders[2], 0, random_contenders[2].argv(PATH, w1, warm, 1))
@@ -116,6 +120,7 @@ def main() -> None:
                         measure(cluster, "W1 degraded", c, a.reads, c.argv(PATH, w1, warm, 1)))
         finally:
             mount.unmount()
+            direct.unmount()
     app = a.reads * 4096
     figures: dict[str, dict[str, dict[str, float]]] = {}
     for (workload, name), results in raw.items():
