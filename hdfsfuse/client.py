@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError
 
 from hdfsfuse import dtp, ipc
 from hdfsfuse.blockmap import BlockMap
+from hdfsfuse.concurrency import run_each
 from hdfsfuse.config import ClusterSettings, NameNodeTarget, load_hadoop_conf, resolve_uri
 from hdfsfuse.datanode import ConnectFailed, ConnectionPool, Timeouts, read_replica
 from hdfsfuse.dnsecurity import DataTransferSecurity
@@ -415,12 +416,7 @@ class HdfsClient:
         async def fill(piece: Piece) -> None:
             result[piece.out_offset : piece.out_offset + piece.length] = await self._read_piece(file, piece)
 
-        try:
-            async with trio.open_nursery() as nursery:
-                for piece in pieces:
-                    nursery.start_soon(fill, piece)
-        except BaseExceptionGroup as group:
-            raise group.exceptions[0] from None
+        await run_each(fill, pieces)
         return result
 
     async def _fill_gaps(self, file: HdfsFile, offset: int, n: int) -> None:

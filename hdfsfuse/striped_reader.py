@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import trio
 
 from hdfsfuse import dtp, erasure
+from hdfsfuse.concurrency import run_each
 from hdfsfuse.datanode import ConnectFailed, read_replica
 from hdfsfuse.erasure import EcPolicy
 from hdfsfuse.errors import BlockUnavailable, ChecksumMismatch, HdfsError
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from hdfsfuse.client import HdfsClient, HdfsFile
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 UINT64 = (1 << 64) - 1
 
@@ -126,7 +126,7 @@ class StripedReader:
                 fetched[read.unit] = (read.start, data)
                 read.scatter(data, output)
 
-        await _all(healthy, reads)
+        await run_each(healthy, reads)
         for read in reads:
             if read.unit in failed:
                 data = await self._recover(file, plan, policy, read, dead, failed, fetched)
@@ -163,7 +163,7 @@ class StripedReader:
                     fetched.setdefault(unit, (start, data))
                 inputs[unit] = data if len(data) == length else bytes(data) + bytes(length - len(data))
 
-            await _all(source, sources)
+            await run_each(source, sources)
             if len(inputs) == policy.data_units:
                 stats.ec_degraded_reads += 1
                 stats.ec_decoded_bytes += length
@@ -198,16 +198,3 @@ class StripedReader:
                         client.replicas.refused(src.address, trio.current_time())
                     log.warning("%s: %s; decoding around it", src.what, e)
         return None
-
-
-async def _all(fn: Callable[[T], Awaitable[None]], items: Sequence[T]) -> None:
-    """Run fn(item) for every item concurrently (inline when there is one)."""
-    if len(items) == 1:
-        await fn(items[0])
-        return
-    try:
-        async with trio.open_nursery() as nursery:
-            for item in items:
-                nursery.start_soon(fn, item)
-    except BaseExceptionGroup as group:
-        raise group.exceptions[0] from None

@@ -63,6 +63,18 @@ def _group_holders(cluster: MiniDfs, path: str, group: int = 0) -> dict[str, int
     return {u["xfer"]: u["index"] for u in cluster.blocks(path)[group]["internal"]}
 
 
+def read_with_each_unit_lost(cluster: MiniDfs, mount: Mount, files: dict[str, bytes], tmp_path: Path,
+                             holders: dict[str, int], preads: int) -> None:
+    """Stop each DataNode in turn (one unit of every group lost), check every read, restart it."""
+    for xfer in holders:
+        cluster.stop_datanode(xfer)
+        try:
+            check_reads(mount, files, tmp_path, preads=preads, seed=holders[xfer])
+        finally:
+            cluster.restart_datanode(xfer)
+    assert _counter(mount, "ec_degraded_reads") > 0
+
+
 # ----- RS-3-2 on 5 DataNodes, 64 KiB cells ----------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -218,13 +230,7 @@ def test_xor_files_read_and_decode_every_single_failure(fresh_cluster, mount, tm
     assert os.getxattr(m.path("/x/odd"), "user.hdfs.ec_policy") == b"XOR-2-1-64k"
     holders = _group_holders(c, "/x/odd")
     assert sorted(holders.values()) == [0, 1, 2]
-    for xfer in holders:
-        c.stop_datanode(xfer)
-        try:
-            check_reads(m, files, tmp_path, preads=15, seed=holders[xfer])
-        finally:
-            c.restart_datanode(xfer)
-    assert _counter(m, "ec_degraded_reads") > 0
+    read_with_each_unit_lost(c, m, files, tmp_path, holders, preads=15)
 
 
 # ----- RS-6-3 and RS-LEGACY-6-3 on 9 DataNodes, 1 MiB cells ------------------------------------
@@ -243,13 +249,7 @@ def test_rs_6_3_and_legacy_decode_every_single_failure(fresh_cluster, mount, tmp
     assert os.getxattr(m.path("/legacy/f"), "user.hdfs.ec_policy") == b"RS-LEGACY-6-3-1024k"
     holders = _group_holders(c, "/rs63/f")
     assert sorted(holders.values()) == list(range(9))
-    for xfer in holders:
-        c.stop_datanode(xfer)
-        try:
-            check_reads(m, files, tmp_path, preads=8, seed=holders[xfer])
-        finally:
-            c.restart_datanode(xfer)
-    assert _counter(m, "ec_degraded_reads") > 0
+    read_with_each_unit_lost(c, m, files, tmp_path, holders, preads=8)
 
 
 def test_harness_ec_commands_over_json_lines(rs32) -> None:  # type: ignore[no-untyped-def]
