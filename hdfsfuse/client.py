@@ -28,7 +28,9 @@ import trio
 from google.protobuf.message import DecodeError
 
 from hdfsfuse import dtp, ipc
+from hdfsfuse.blockcache import BlockCache, BlockKey
 from hdfsfuse.blockmap import BlockMap
+from hdfsfuse.cached_reads import CachedReads
 from hdfsfuse.concurrency import run_each
 from hdfsfuse.config import ClusterSettings, NameNodeTarget, load_hadoop_conf, resolve_uri
 from hdfsfuse.datanode import ConnectFailed, ConnectionPool, Timeouts, read_replica
@@ -37,6 +39,7 @@ from hdfsfuse.erasure import EcPolicy, resolve_policy
 from hdfsfuse.errors import (
     BlockUnavailable,
     ChecksumMismatch,
+    ConfigError,
     FileChanged,
     FileNotFound,
     HdfsError,
@@ -76,6 +79,8 @@ class ClientOptions:
     location_window_blocks: int = 10  # block locations fetched per getBlockLocations (as Java does)
     pool_idle_seconds: float = 3.0
     pool_capacity: int = 64
+    cache_dir: str | None = None  # a persistent block cache here (off when None)
+    cache_size: int = 10 * 1024**3
 
 
 def xfer_address(loc: hdfs_pb2.DatanodeInfoProto, use_hostname: bool = False) -> str:
@@ -152,6 +157,11 @@ class HdfsFile:
             plan = self._plans[start] = BlockPlan(header, replicas, what, block.blockToken)
         return plan
 
+    def finalized(self, start: int) -> bool:
+        """Whether the block at `start` can no longer change under its id and generation stamp:
+        every block but the last one of a file being written."""
+        return not (self.under_construction and start == self.map.starts[-1])
+
     def group_plan(self, start: int, policy: EcPolicy, client: HdfsClient) -> GroupPlan:
         """The internal blocks of the erasure-coded group at `start`, with their op headers."""
         plan = self._group_plans.get(start)
@@ -197,6 +207,7 @@ class HdfsClient:
             connect_penalty=self.options.connect_penalty_seconds, hedge_after=self.options.hedge_after,
         )
         self._nursery = nursery
+        self.cached: CachedReads | None = None  # the persistent block cache, when cache_dir is set
         self.striped = StripedReader(self)
         self.hedges = HedgeTimer()
         nursery.start_soon(self.hedges.run, nursery)
@@ -228,6 +239,14 @@ class HdfsClient:
                     client = cls(namenode, nursery=nursery, options=opts, stats=stats, settings=target.settings)
                     client.credentials = credentials
                     nursery.start_soon(client.pool.reap_forever)
+                    if opts.cache_dir:
+                        cache = BlockCache(opts.cache_dir, opts.cache_size)
+                        try:
+                            await trio.to_thread.run_sync(cache.open)
+                        except OSError as e:
+                            raise ConfigError(str(e.strerror or e)) from None
+                        client.cached = CachedReads(cache, client.stats, nursery)
+                        nursery.start_soon(client.cached.rescan_forever)
                     if isinstance(credentials.login, KeytabLogin):
                         nursery.start_soon(keep_login_fresh, credentials.login)
                     try:
@@ -431,12 +450,14 @@ class HdfsClient:
                 raise FileChanged(f"{file.path} changed since it was opened: no block holds offset {after}")
             gap = after
 
-    async def _read_piece(self, file: HdfsFile, piece: Piece) -> bytearray:
+    async def _read_piece(self, file: HdfsFile, piece: Piece) -> bytes | bytearray:
         total = self.options.timeouts.total
         failures: dict[str, str] = {}
         with trio.move_on_after(total):
             if file.ec_policy is not None:
                 return await self.striped.read(file, piece, file.ec_policy)
+            if self.cached is not None and file.finalized(piece.block_start):
+                return await self._read_piece_cached(file, piece, failures)
             return await self._read_piece_with_failover(file, piece, failures)
         detail = "; ".join(f"{a}: {why}" for a, why in failures.items()) or "no replica answered"
         message = (
@@ -445,13 +466,32 @@ class HdfsClient:
         )
         raise BlockUnavailable(message)  # logged once, where it is answered (the FUSE boundary)
 
-    async def _read_piece_with_failover(self, file: HdfsFile, piece: Piece, failures: dict[str, str]) -> bytearray:
+    async def _read_piece_cached(self, file: HdfsFile, piece: Piece, failures: dict[str, str]) -> bytes | bytearray:
+        """A finalized block's piece from the block cache, else from HDFS (and then cached)."""
+        assert self.cached is not None
+        b = file.map.block_at(piece.block_start).b
+        key = BlockKey(b.poolId, b.blockId, b.generationStamp)
+
+        async def fetch(keep: list[dtp.ReadBlockParser]) -> bytearray:
+            return await self._read_piece_with_failover(file, piece, failures, keep)
+
+        def still_current() -> bool:
+            now = file.map.block_at(piece.block_start).b
+            return (now.blockId, now.generationStamp) == (key.block_id, key.generation_stamp)
+
+        data = await self.cached.read(key, b.numBytes, piece.offset_in_block, piece.length, fetch, still_current)
+        assert data is not None  # the fetch raises rather than return None
+        return data
+
+    async def _read_piece_with_failover(
+        self, file: HdfsFile, piece: Piece, failures: dict[str, str], keep: list[dtp.ReadBlockParser] | None = None,
+    ) -> bytearray:
         token_refreshed = False
         refetched = False
         while True:
             block = file.map.block_at(piece.block_start)
             plan = file.block_plan(piece.block_start, self.client_name, self.settings.use_datanode_hostname)
-            outcome = await self._read_replicas(file, piece, plan, failures)
+            outcome = await self._read_replicas(file, piece, plan, failures, keep)
             if outcome.data is not None:
                 if outcome.corrupt:
                     self._report_bad_replicas(file.path, block, outcome.corrupt)
@@ -474,6 +514,7 @@ class HdfsClient:
 
     async def _read_replicas(
         self, file: HdfsFile, piece: Piece, plan: BlockPlan, failures: dict[str, str],
+        keep: list[dtp.ReadBlockParser] | None = None,
     ) -> _Outcome:
         """One round over the block's replicas, best first; hedged onto the next one when slow.
 
@@ -492,7 +533,7 @@ class HdfsClient:
                 data = await read_replica(
                     self.pool, address, request, piece.offset_in_block, piece.length,
                     description, self.options.timeouts, self.stats,
-                    None if self.dn_security is None else self.dn_security.for_block(plan.token),
+                    None if self.dn_security is None else self.dn_security.for_block(plan.token), keep,
                 )
             except (HdfsError, ProtocolError) as e:
                 return e

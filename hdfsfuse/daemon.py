@@ -117,6 +117,8 @@ def client_options(options: MountOptions) -> ClientOptions:
         namenode_call_timeout=min(20.0, options.namenode_timeout),
         namenode_connect_timeout=options.connect_timeout,
         hedge_after=options.hedge_after,
+        cache_dir=options.cache_dir,
+        cache_size=options.cache_size,
     )
 
 

@@ -290,10 +290,13 @@ async def _exchange(
 async def read_replica(
     pool: ConnectionPool, address: str, request: bytes, offset: int, length: int, what: str,
     timeouts: Timeouts, stats: Stats, security: Security | None = None,
+    keep: list[dtp.ReadBlockParser] | None = None,
 ) -> bytearray:
     """Read exactly `length` bytes at block `offset` from the DataNode at `address`.
 
     `security` (with the block's token): a new connection makes the SASL handshake it asks for.
+    `keep`: the finished parser is appended, holding the verified chunk-aligned bytes (the
+    block cache stores them).
     """
     attempts = 0
     new_key = False
@@ -322,7 +325,7 @@ async def read_replica(
                     raise
         else:
             stats.dn_reuses += 1
-        parser = dtp.ReadBlockParser(offset, length, what)
+        parser = dtp.ReadBlockParser(offset, length, what, keep=keep is not None)
         stats.dtp_read_ops += 1
         try:
             await _exchange(conn, request, parser, timeouts, reused)
@@ -336,4 +339,6 @@ async def read_replica(
         finally:
             stats.dn_payload_bytes += parser.received  # what crossed the wire, even if the read failed
         pool.give(address, conn)
+        if keep is not None:
+            keep.append(parser)
         return parser.output

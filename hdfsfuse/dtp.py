@@ -165,9 +165,11 @@ class ReadBlockParser:
     `feed()` bytes, then call `next_event()` until NEED_DATA. The requested bytes land in
     `output` (exactly `length` bytes). `what` names the block and DataNode in errors.
     Bytes after the final packet are a protocol error: nothing may follow until our status.
+    With `keep`, the verified chunk-aligned payload and its checksums are also kept
+    (`kept_data` from block offset `chunk_offset`, `kept_sums`), for the block cache.
     """
 
-    def __init__(self, offset: int, length: int, what: str = "block") -> None:
+    def __init__(self, offset: int, length: int, what: str = "block", *, keep: bool = False) -> None:
         if offset < 0 or length <= 0:
             raise ValueError("a read needs offset >= 0 and length > 0")
         self.offset = offset
@@ -180,6 +182,14 @@ class ReadBlockParser:
         self._seqno = 0
         self._start_pos = 0  # chunkOffset: where the DataNode's aligned range starts
         self._pos = 0  # block offset of the next expected packet byte
+        self.keep = keep
+        self.kept_data = bytearray()
+        self.kept_sums = bytearray()
+
+    @property
+    def chunk_offset(self) -> int:
+        """Where the DataNode's chunk-aligned range (and `kept_data`) starts in the block."""
+        return self._start_pos
 
     @property
     def done(self) -> bool:
@@ -259,7 +269,7 @@ class ReadBlockParser:
         verify = checksum.verify
         size, bpc = checksum.size, checksum.bytes_per_checksum
         start, end = self.offset, self.offset + self.length
-        output, what = self.output, self.what
+        output, what, keep = self.output, self.what, self.keep
         n = len(buf)
         at = 0  # where the next packet starts in `buf`
         taken = 0  # data bytes in the packets taken
@@ -303,6 +313,9 @@ class ReadBlockParser:
                 data_start = sums_start + sums_len
                 data = view[data_start : data_start + data_len]
                 verify(data, view[sums_start:data_start], offset, what)
+                if keep:
+                    self.kept_data += data
+                    self.kept_sums += view[sums_start:data_start]
                 # Trim the chunk-alignment bytes before `start` and after `end`.
                 lo = offset if offset > start else start
                 hi = offset + data_len if offset + data_len < end else end

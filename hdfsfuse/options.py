@@ -57,6 +57,8 @@ class MountOptions:
     request_timeout: float = 60.0  # any FUSE request answers within this bound
     hedge_after: float | None = -1.0  # seconds before asking a second replica; -1 adaptive, None off
     listing_page_cap: int | None = None
+    cache_dir: str | None = None  # a persistent block cache (off by default)
+    cache_size: int = 10 * 1024 * MiB
     log_level: str = "info"
     log_file: str | None = None
     metrics_port: int | None = None
@@ -161,6 +163,10 @@ Mount options (-o a,b=c):
   hedge_after=MS         ask a second replica after MS milliseconds without an answer; `auto` (the
                          default) derives it from each DataNode's recent latency; `off` never hedges
   listing_page_cap=N     stop listing a directory after N pages of 1000 entries (default: no cap)
+  cache_dir=DIR          keep the blocks read in a persistent local cache here (off by default);
+                         entries are keyed by block id and generation stamp, so they never go
+                         stale, and are verified on every read; mounts may share the directory
+  cache_size=SIZE        the cache's bound on disk (default 10G, shrunk to fit the filesystem)
   log_level=LEVEL        debug, info, warning or error (default info)
   log_file=PATH          log here when running in the background (default: syslog)
   metrics_port=N         serve live stats as Prometheus text on 127.0.0.1:N
@@ -183,6 +189,10 @@ def parse_options(option_strings: list[str]) -> MountOptions:
         raise ConfigError("options keytab and principal go together: -o keytab=FILE,principal=NAME")
     if opts.identity != "mount" and not opts.allow_other:
         raise ConfigError(f"option identity={opts.identity} needs allow_other (other users must reach the mount)")
+    if opts.cache_dir is None and opts.cache_size != MountOptions.cache_size:
+        raise ConfigError("option cache_size needs cache_dir=DIR")
+    if opts.cache_dir is not None and opts.cache_size < MiB:
+        raise ConfigError("option cache_size must be at least 1M")
     if opts.readahead_max > opts.readahead_total:
         raise ConfigError("option readahead_max must not exceed readahead_total")
     return opts
@@ -224,8 +234,12 @@ def _apply(opts: MountOptions, item: str) -> None:
         if value not in ("mount", "caller", "ticket_cache"):
             raise ConfigError(f"option identity: {value!r} must be mount, caller or ticket_cache")
         opts.identity = value
-    elif name in ("readahead_max", "readahead_total"):
+    elif name in ("readahead_max", "readahead_total", "cache_size"):
         setattr(opts, name, _size(value, name))
+    elif name == "cache_dir":
+        if not value:
+            raise ConfigError("option cache_dir needs a directory")
+        opts.cache_dir = value
     elif name == "read_ahead_kb":
         opts.read_ahead_kb = _int(value, name, 0, 1 << 20)
     elif name == "max_background":

@@ -28,6 +28,12 @@ class Stats:
     hedge_wins: int = 0  # ...and got their bytes from it first
     ec_degraded_reads: int = 0  # erasure-coded unit ranges decoded from other units
     ec_decoded_bytes: int = 0
+    block_cache_served_bytes: int = 0  # bytes read from the persistent block cache
+    block_cache_stored_bytes: int = 0
+    block_cache_evictions: int = 0
+    block_cache_corrupt: int = 0  # cached blocks that failed verification (dropped, read from HDFS)
+    block_cache_errors: int = 0
+    block_cache_used_bytes: int = 0
     files_changed: int = 0  # reads refused because an open file was replaced, truncated or deleted
     cache_hits: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     cache_misses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -64,6 +70,12 @@ def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failove
         "hedge_wins": stats.hedge_wins,
         "ec_degraded_reads": stats.ec_degraded_reads,
         "ec_decoded_bytes": stats.ec_decoded_bytes,
+        "block_cache_served_bytes": stats.block_cache_served_bytes,
+        "block_cache_stored_bytes": stats.block_cache_stored_bytes,
+        "block_cache_evictions": stats.block_cache_evictions,
+        "block_cache_corrupt": stats.block_cache_corrupt,
+        "block_cache_errors": stats.block_cache_errors,
+        "block_cache_used_bytes": stats.block_cache_used_bytes,
         "files_changed": stats.files_changed,
         "namenode_failovers": namenode_failovers,
         "namenode_rpcs": dict(sorted(rpc_calls.items())),
@@ -93,6 +105,12 @@ _HELP = {
     "hedge_wins": "Hedged reads answered first by the second replica.",
     "ec_degraded_reads": "Erasure-coded ranges decoded from other units because a unit could not be read.",
     "ec_decoded_bytes": "Bytes rebuilt by erasure decoding.",
+    "block_cache_served_bytes": "Bytes served from the persistent block cache (cache_dir).",
+    "block_cache_stored_bytes": "Bytes written to the persistent block cache.",
+    "block_cache_evictions": "Blocks dropped from the persistent block cache to stay within cache_size.",
+    "block_cache_corrupt": "Cached blocks that failed verification, dropped and read from HDFS instead.",
+    "block_cache_errors": "Block cache lookups or stores that failed with an I/O error (such as a full disk).",
+    "block_cache_used_bytes": "Bytes the persistent block cache holds on disk.",
     "files_changed": "Reads refused because the open file was replaced, truncated or deleted.",
     "namenode_failovers": "Switches to another NameNode.",
     "namenode_rpcs": "NameNode RPCs by method.",
@@ -100,6 +118,7 @@ _HELP = {
     "cache_misses": "Cache misses by cache.",
     "datanode_latency_ms": "Each DataNode's recent expected time for a 4 KiB read (milliseconds).",
 }
+_GAUGES = ("uptime_seconds", "amplification", "datanode_latency_ms", "block_cache_used_bytes")
 _LABELS = {"namenode_rpcs": "method", "cache_hits": "cache", "cache_misses": "cache",
            "datanode_latency_ms": "datanode", "datanode_sasl_handshakes": "layer"}
 
@@ -109,7 +128,7 @@ def prometheus(snap: dict[str, object]) -> str:
     lines = []
     for key, value in snap.items():
         name = f"hdfsfuse_{key}"
-        kind = "gauge" if key in ("uptime_seconds", "amplification", "datanode_latency_ms") else "counter"
+        kind = "gauge" if key in _GAUGES else "counter"
         lines.append(f"# HELP {name} {_HELP[key]}")
         lines.append(f"# TYPE {name} {kind}")
         if isinstance(value, dict):

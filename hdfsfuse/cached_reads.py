@@ -1,0 +1,127 @@
+"""Reads through the persistent block cache, over trio (the cache itself is `hdfsfuse.blockcache`).
+
+    read(key, offset, length, fetch)
+      -> cache lookup in a worker thread: verified bytes, or a miss
+      -> miss: one fetch per (block, range) at a time; readers of the same range wait for it
+      -> the fetched chunks (verified, chunk-aligned) are stored in the background, in a thread
+
+The trio loop never touches cache files. Stores that fall behind are dropped, not queued without
+bound: a cache is an optimisation, and a read never waits for one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from hdfsfuse import dtp
+from hdfsfuse.blockcache import BlockCache, BlockKey, CacheCorrupt
+from hdfsfuse.stats import Stats
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING_STORE_BYTES = 64 * 1024 * 1024
+RESCAN_SECONDS = 30.0
+
+Fetch = Callable[[list[dtp.ReadBlockParser]], Awaitable[bytearray | None]]
+
+
+@dataclasses.dataclass(slots=True)
+class _Flight:
+    done: trio.Event = dataclasses.field(default_factory=trio.Event)
+    data: bytearray | None = None
+
+
+class CachedReads:
+    """The block cache of one client: lookups, single-flight fills, background stores."""
+
+    def __init__(self, cache: BlockCache, stats: Stats, nursery: trio.Nursery) -> None:
+        self.cache = cache
+        self.stats = stats
+        self._nursery = nursery
+        self._flights: dict[tuple[BlockKey, int, int], _Flight] = {}
+        self._threads = trio.CapacityLimiter(4)
+        self._pending = 0  # bytes waiting to be stored
+
+    async def read(self, key: BlockKey, block_length: int, offset: int, length: int, fetch: Fetch,
+                   still_current: Callable[[], bool]) -> bytes | bytearray | None:
+        """The range from the cache, else from `fetch` (which may return None: the read failed).
+
+        `still_current()` says, after a fetch, whether the block is still `key` (a refetch of
+        locations may have moved it on); only then are the fetched chunks stored under `key`.
+        """
+        data = await self._lookup(key, block_length, offset, length)
+        if data is not None:
+            return data
+        flight_key = (key, offset, length)
+        flight = self._flights.get(flight_key)
+        if flight is not None:  # another reader is fetching exactly this: share its bytes
+            await flight.done.wait()
+            if flight.data is not None:
+                return flight.data
+        flight = self._flights[flight_key] = _Flight()
+        kept: list[dtp.ReadBlockParser] = []
+        try:
+            flight.data = await fetch(kept)
+        finally:
+            flight.done.set()
+            del self._flights[flight_key]
+        if flight.data is not None and kept and still_current():
+            self._store_later(key, block_length, kept[0])
+        return flight.data
+
+    async def _lookup(self, key: BlockKey, block_length: int, offset: int, length: int) -> bytes | None:
+        try:
+            data = await trio.to_thread.run_sync(self.cache.read, key, block_length, offset, length,
+                                                 limiter=self._threads)
+        except CacheCorrupt:
+            data = None
+        self._sync_counters()
+        if data is None:
+            self.stats.cache_misses["block_cache"] += 1
+            return None
+        self.stats.cache_hits["block_cache"] += 1
+        self.stats.block_cache_served_bytes += len(data)
+        return data
+
+    def _store_later(self, key: BlockKey, block_length: int, parser: dtp.ReadBlockParser) -> None:
+        size = len(parser.kept_data)
+        if parser.checksum is None or self._pending + size > MAX_PENDING_STORE_BYTES:
+            return
+        self._pending += size
+        self._nursery.start_soon(self._store, key, block_length, parser)
+
+    async def _store(self, key: BlockKey, block_length: int, parser: dtp.ReadBlockParser) -> None:
+        size = len(parser.kept_data)
+        try:
+            await trio.to_thread.run_sync(
+                self.cache.store, key, block_length, parser.checksum, parser.chunk_offset,
+                parser.kept_data, parser.kept_sums, limiter=self._threads)
+            self.stats.block_cache_stored_bytes += size
+        except Exception as e:  # a background task: log, never escape
+            log.error("block cache: storing block %d failed: %s: %s", key.block_id, type(e).__name__, e)
+        finally:
+            self._pending -= size
+            self._sync_counters()
+
+    async def rescan_forever(self) -> None:
+        """See what other mounts sharing the directory added or removed; keep within the size."""
+        while True:
+            await trio.sleep(RESCAN_SECONDS)
+            try:
+                await trio.to_thread.run_sync(self._rescan, limiter=self._threads)
+            except Exception as e:  # a background task: log, never escape
+                log.error("block cache: rescanning %s failed: %s: %s", self.cache.root, type(e).__name__, e)
+
+    def _rescan(self) -> None:
+        self.cache.rescan()
+        self.cache.evict_to(self.cache.capacity)
+
+    def _sync_counters(self) -> None:
+        c = self.cache.counters
+        s = self.stats
+        s.block_cache_evictions, s.block_cache_corrupt, s.block_cache_errors = c.evictions, c.corrupt, c.errors
+        s.block_cache_used_bytes = self.cache.used

@@ -1,0 +1,158 @@
+"""The block cache's files, directly: what is stored is served verified, and every torn, truncated
+or flipped state (what a crash or a bad disk leaves) is a miss or a counted corruption, never
+wrong bytes. The mount-level tests are in test_block_cache_mount.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hdfsfuse.blockcache import SUBDIR, BlockCache, BlockKey, CacheCorrupt
+from hdfsfuse.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum
+
+BPC = 512
+KEY = BlockKey("BP-1", 1073741825, 1001)
+BLOCK = bytes((i * 7 + 3) % 256 for i in range(10 * BPC + 100))  # ten chunks and a short last one
+CRC = Checksum(CHECKSUM_CRC32C, BPC)
+
+
+def _cache(tmp_path: Path, capacity: int = 1 << 30) -> BlockCache:
+    cache = BlockCache(str(tmp_path), capacity)
+    cache.open()
+    return cache
+
+
+def _store(cache: BlockCache, start_chunk: int, end_chunk: int, key: BlockKey = KEY, block: bytes = BLOCK,
+           checksum: Checksum = CRC) -> None:
+    start, end = start_chunk * BPC, min(end_chunk * BPC, len(block))
+    data = block[start:end]
+    cache.store(key, len(block), checksum, start, data, checksum.compute(data))
+
+
+def _files(tmp_path: Path, key: BlockKey = KEY) -> tuple[Path, Path]:
+    base = tmp_path / SUBDIR / key.pool / key.stem()
+    return base.with_suffix(".data"), base.with_suffix(".sums")
+
+
+def test_stored_chunks_are_served_exactly_and_others_miss(tmp_path: Path) -> None:
+    cache = _cache(tmp_path)
+    assert cache.read(KEY, len(BLOCK), 0, 100) is None  # nothing stored
+    _store(cache, 2, 5)
+    assert cache.read(KEY, len(BLOCK), 2 * BPC, 3 * BPC) == BLOCK[2 * BPC : 5 * BPC]
+    assert cache.read(KEY, len(BLOCK), 2 * BPC + 7, 100) == BLOCK[2 * BPC + 7 : 2 * BPC + 107]
+    assert cache.read(KEY, len(BLOCK), 2 * BPC, 3 * BPC + 1) is None  # one byte into an absent chunk
+    assert cache.read(KEY, len(BLOCK), BPC + 511, 2) is None
+    _store(cache, 9, 11)  # the short last chunk
+    assert cache.read(KEY, len(BLOCK), 9 * BPC, 612) == BLOCK[9 * BPC :]
+    assert cache.read(BlockKey(KEY.pool, KEY.block_id, 1002), len(BLOCK), 2 * BPC, 10) is None  # another stamp
+    assert cache.counters.corrupt == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10), st.integers(1, 11)), min_size=1, max_size=5),
+       st.integers(0, len(BLOCK) - 1), st.integers(1, 3000), st.sampled_from([CHECKSUM_CRC32C, CHECKSUM_CRC32]))
+def test_any_read_is_exact_or_a_miss(tmp_path_factory: pytest.TempPathFactory, stores: list[tuple[int, int]],
+                                     offset: int, length: int, kind: int) -> None:
+    tmp = tmp_path_factory.mktemp("cache")
+    cache = _cache(tmp)
+    checksum = Checksum(kind, BPC)
+    held = set()
+    for a, b in stores:
+        if a < b:
+            _store(cache, a, b, checksum=checksum)
+            held |= set(range(a, b))
+    length = min(length, len(BLOCK) - offset)
+    got = cache.read(KEY, len(BLOCK), offset, length)
+    needed = set(range(offset // BPC, (offset + length - 1) // BPC + 1))
+    assert got == (BLOCK[offset : offset + length] if needed <= held else None)
+
+
+@pytest.mark.parametrize("damage", ["flip data", "truncate data", "flip sum", "bad header", "other length"])
+def test_damaged_files_are_dropped_and_counted_never_served(tmp_path: Path, damage: str) -> None:
+    cache = _cache(tmp_path)
+    _store(cache, 0, 11)
+    data, sums = _files(tmp_path)
+    if damage == "flip data":
+        raw = bytearray(data.read_bytes())
+        raw[3 * BPC + 5] ^= 0x40
+        data.write_bytes(raw)
+    elif damage == "truncate data":
+        os.truncate(data, 6 * BPC + 1)
+    elif damage == "flip sum":
+        raw = bytearray(sums.read_bytes())
+        raw[20 + 3 * 8] ^= 1  # chunk 3's checksum
+        sums.write_bytes(raw)
+    elif damage == "bad header":
+        raw = bytearray(sums.read_bytes())
+        raw[0:4] = b"XXXX"
+        sums.write_bytes(raw)
+    length = len(BLOCK) if damage != "other length" else len(BLOCK) + 1
+    with pytest.raises(CacheCorrupt):
+        cache.read(KEY, length, 3 * BPC, 4 * BPC)
+    assert cache.counters.corrupt == 1
+    assert not data.exists() and not sums.exists()  # dropped: the next read is a plain miss
+    assert cache.read(KEY, len(BLOCK), 3 * BPC, 10) is None
+
+
+def test_a_crash_between_data_and_entries_is_a_miss(tmp_path: Path) -> None:
+    cache = _cache(tmp_path)
+    _store(cache, 0, 4)
+    _, sums = _files(tmp_path)
+    os.truncate(sums, 20 + 2 * 8)  # chunks 2 and 3 lost their entries (data written, entries not)
+    assert cache.read(KEY, len(BLOCK), 0, 2 * BPC) == BLOCK[: 2 * BPC]
+    assert cache.read(KEY, len(BLOCK), BPC, 2 * BPC) is None
+    assert cache.counters.corrupt == 0
+
+
+def test_null_checksums_are_not_cached(tmp_path: Path) -> None:
+    cache = _cache(tmp_path)
+    cache.store(KEY, len(BLOCK), Checksum(CHECKSUM_NULL, BPC), 0, BLOCK[:BPC], b"")
+    assert cache.read(KEY, len(BLOCK), 0, 10) is None
+    with pytest.raises(ValueError, match="whole chunks"):
+        cache.store(KEY, len(BLOCK), CRC, 3, BLOCK[3:BPC], CRC.compute(BLOCK[3:BPC]))
+
+
+def test_least_recently_used_blocks_go_first(tmp_path: Path) -> None:
+    keys = [BlockKey("BP-1", 100 + i, 1) for i in range(4)]
+    cache = _cache(tmp_path)
+    for k in keys:
+        _store(cache, 0, 11, key=k)
+    one = cache.used // 4
+    cache.read(keys[0], len(BLOCK), 0, 10)  # the oldest store is now the most recent use
+    cache.evict_to(2 * one)
+    assert [cache.read(k, len(BLOCK), 0, 10) is not None for k in keys] == [True, False, False, True]
+    assert cache.counters.evictions == 2
+    assert cache.used == 2 * one
+
+
+def test_stores_beyond_the_capacity_evict(tmp_path: Path) -> None:
+    cache = _cache(tmp_path, capacity=3 * 16 * 1024)
+    for i in range(8):
+        _store(cache, 0, 11, key=BlockKey("BP-1", 200 + i, 1))
+        assert cache.used <= cache.capacity
+    disk = sum(p.stat().st_blocks * 512 for p in (tmp_path / SUBDIR).rglob("*") if p.is_file())
+    assert disk == cache.used <= cache.capacity
+    held = sum(cache.read(BlockKey("BP-1", 200 + i, 1), len(BLOCK), 0, 10) is not None for i in range(8))
+    assert 1 <= held < 8 and cache.counters.evictions == 8 - held
+
+
+def test_a_second_instance_sees_the_first_ones_blocks(tmp_path: Path) -> None:
+    first = _cache(tmp_path)
+    _store(first, 0, 11)
+    second = _cache(tmp_path)
+    assert second.used == first.used > 0
+    assert second.read(KEY, len(BLOCK), 0, len(BLOCK)) == BLOCK
+    second.evict_to(0)
+    first.rescan()
+    assert first.used == 0 and first.read(KEY, len(BLOCK), 0, 10) is None
+
+
+def test_an_unusable_directory_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(OSError, match="is not usable"):
+        BlockCache(str(blocker), 1 << 20).open()
