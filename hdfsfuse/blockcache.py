@@ -5,18 +5,22 @@ are fixed by (block pool, block id, generation stamp): appends, truncates and re
 generation stamp, and a replaced file has new block ids. So entries need no TTL, and several
 mounts of one cluster may share a cache directory.
 
-    DIR/hdfsfuse-cache-v1/<pool>/<block id>_<generation stamp>.data
-        the block's bytes at their own offsets (a sparse file: only the chunks read are stored)
-    DIR/hdfsfuse-cache-v1/<pool>/<block id>_<generation stamp>.sums
+    DIR/hdfsfuse-cache-v1/<pool>/<block id>_<generation stamp>.blk, one sparse file per block:
         +------+----+------+------+-----------+-----------+
         | HFCS | v1 | type | 0000 | bpc (u32) | len (u64) |   header, 20 bytes
         +------+----+------+------+-----------+-----------+
-        | checksum of chunk 0 (BE32) | 'OK' 00 01 |             then 8 bytes per chunk;
-        | checksum of chunk 1 (BE32) | 'OK' 00 01 |             zeros: not stored
-        ...
+        | checksum of chunk 0 .. N-1 (BE32 each)         |   N = chunks in the block
+        +------------------------------------------------+
+        | 01 if chunk i is stored, one byte per chunk    |   00 (a hole): not stored
+        +------------------------------------------------+ (padding to 4 KiB)
+        | the block's bytes at their own offsets          |   only the chunks read are stored
+        +------------------------------------------------+
 
-A chunk's entry is written after its data, and every read verifies each chunk against its
-entry with the block's own checksum (as a DataNode read is verified). A torn write, a truncated
+One file (one inode) per block: a lookup that opened it sees one consistent file even while
+another mount evicts and refills the block. The file appears by a link of a complete header,
+so nobody sees it half made. A chunk's checksum and then its flag are written after its data,
+and every read verifies each chunk against its checksum with the block's own scheme (as a
+DataNode read is verified). A torn write, a truncated
 or bit-flipped file, or a crash between the two writes is found by that check: the block's files
 are dropped (counted as corruption) and the read goes to HDFS. Nothing unverified is returned.
 
@@ -36,6 +40,7 @@ import re
 import shutil
 import struct
 import threading
+import time
 from typing import NoReturn
 
 from hdfsfuse.checksum import CHECKSUM_NULL, TYPE_NAMES, Checksum
@@ -48,9 +53,10 @@ SUBDIR = "hdfsfuse-cache-v1"
 _HEADER = struct.Struct(">4sBBHIQ")
 _MAGIC = b"HFCS"
 _VERSION = 1
-_ENTRY = 8
-_PRESENT = b"OK\x00\x01"
-_NAME = re.compile(r"(-?\d+)_(\d+)\.(data|sums)")
+_PRESENT = 1
+MAX_OPEN_BLOCKS = 128  # blocks whose files lookups keep open
+_NAME = re.compile(r"(-?\d+)_(\d+)\.blk")
+_PAGE = 4096
 MIN_FREE = 64 * 1024 * 1024  # leave this much of the filesystem free when sizing the cache
 
 
@@ -62,6 +68,38 @@ class BlockKey:
 
     def stem(self) -> str:
         return f"{self.block_id}_{self.generation_stamp}"
+
+
+@dataclasses.dataclass(slots=True)
+class _OpenBlock:
+    """A cached block's open files, shared by lookups in several threads.
+
+    Closed only once no lookup uses it (`users`), so a descriptor is never reused for another
+    file under a lookup's feet. Changed under `BlockCache._lock` only.
+    """
+
+    fd: int
+    checksum: Checksum
+    block_length: int
+    users: int = 0
+    doomed: bool = False
+
+    @property
+    def layout(self) -> tuple[int, int]:
+        return _layout(self.block_length, self.checksum.bytes_per_checksum)
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+def _layout(block_length: int, bpc: int) -> tuple[int, int]:
+    """(where the flags start, where the block's bytes start) in a block's cache file."""
+    chunks = -(-block_length // bpc)
+    flags_at = _HEADER.size + 4 * chunks
+    return flags_at, -(-(flags_at + chunks) // _PAGE) * _PAGE
 
 
 class CacheCorrupt(Exception):
@@ -85,6 +123,7 @@ class BlockCache:
         self._lock = threading.Lock()
         self._sizes: collections.OrderedDict[tuple[str, str], int] = collections.OrderedDict()  # LRU first
         self._used = 0
+        self._open: collections.OrderedDict[tuple[str, str], _OpenBlock] = collections.OrderedDict()
 
     # ----- start-up and size ----------------------------------------------------------------------
 
@@ -122,14 +161,13 @@ class BlockCache:
             for e in entries:
                 m = _NAME.fullmatch(e.name)
                 if m is None:
+                    _remove_stale_temporary(e)
                     continue
                 try:
                     st = e.stat()
                 except OSError:
                     continue
-                item = found.setdefault((pool.name, f"{m.group(1)}_{m.group(2)}"), [0.0, 0.0])
-                item[0] += st.st_blocks * 512
-                item[1] = max(item[1], st.st_mtime)
+                found[(pool.name, f"{m.group(1)}_{m.group(2)}")] = [st.st_blocks * 512, st.st_mtime]
         with self._lock:
             recent = {k: i for i, k in enumerate(self._sizes)}  # what this mount used lately stays newest
             order = sorted(found, key=lambda k: (k in recent, recent.get(k, 0), found[k][1]))
@@ -149,6 +187,9 @@ class BlockCache:
                 (pool, stem), size = self._sizes.popitem(last=False)
                 self._used -= size
                 self.counters.evictions += 1
+                block = self._open.pop((pool, stem), None)
+                if block is not None:
+                    self._doom(block)
             self._unlink(pool, stem)
 
     # ----- lookups --------------------------------------------------------------------------------
@@ -158,39 +199,98 @@ class BlockCache:
 
         Raises CacheCorrupt (after dropping the block) when stored bytes fail verification.
         """
-        paths = self._paths(key)
         try:
-            with open(paths[1], "rb", buffering=0) as sums_file:
-                header = sums_file.read(_HEADER.size)
-                checksum = self._checksum(header, block_length, key)
-                bpc = checksum.bytes_per_checksum
-                first, last = offset // bpc, (offset + length - 1) // bpc
-                entries = os.pread(sums_file.fileno(), (last - first + 1) * _ENTRY, _HEADER.size + first * _ENTRY)
-            if len(entries) < (last - first + 1) * _ENTRY:
-                return None  # chunks past the last one stored
-            view = memoryview(entries)
-            if any(view[i + 4 : i + 8] != _PRESENT for i in range(0, len(entries), _ENTRY)):
+            block = self._acquire(key, block_length)
+        except OSError as e:
+            self._error("opening", key, e)
+            return None
+        if block is None:
+            return None
+        try:
+            bpc = block.checksum.bytes_per_checksum
+            first, last = offset // bpc, (offset + length - 1) // bpc
+            count = last - first + 1
+            start, end = first * bpc, min((last + 1) * bpc, block_length)
+            flags_at, data_at = block.layout
+            try:
+                if os.pread(block.fd, count, flags_at + first).count(_PRESENT) != count:
+                    self._forget(key)  # another mount may have replaced the file: reopen next time
+                    return None
+                sums = os.pread(block.fd, 4 * count, _HEADER.size + 4 * first)
+                data = os.pread(block.fd, end - start, data_at + start)
+            except OSError as e:
+                self._forget(key)
+                self._error("reading", key, e)
                 return None
-            start = first * bpc
-            end = min((last + 1) * bpc, block_length)
-            with open(paths[0], "rb", buffering=0) as data_file:
-                data = os.pread(data_file.fileno(), end - start, start)
+            if len(data) != end - start or len(sums) != 4 * count:
+                self._corrupt(key, f"files end before block offset {end}")
+            try:
+                block.checksum.verify(memoryview(data), memoryview(sums), start, f"cached block {key.block_id}")
+            except ChecksumMismatch as e:
+                self._corrupt(key, str(e))
+        finally:
+            self._release(block)
+        self._touch(key)
+        if offset == start and length == len(data):
+            return data
+        return data[offset - start : offset - start + length]
+
+    def _acquire(self, key: BlockKey, block_length: int) -> _OpenBlock | None:
+        """The block's open files, in use until `_release`; None when it is not cached."""
+        k = (key.pool, key.stem())
+        with self._lock:
+            block = self._open.get(k)
+            if block is not None:
+                self._open.move_to_end(k)
+                block.users += 1
+        if block is not None:
+            if block.block_length != block_length:
+                self._release(block)
+                self._corrupt(key, f"block length {block.block_length}, expected {block_length}")
+            return block
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
         except FileNotFoundError:
             return None
-        except CacheCorrupt:
-            raise
-        except OSError as e:
-            self._error("reading", key, e)
-            return None
-        if len(data) != end - start:
-            self._corrupt(key, f"data file ends at {start + len(data)}, before {end}")
-        sums = b"".join(view[i : i + 4] for i in range(0, len(entries), _ENTRY))
         try:
-            checksum.verify(memoryview(data), memoryview(sums), start, f"cached block {key.block_id}")
-        except ChecksumMismatch as e:
-            self._corrupt(key, str(e))
-        self._touch(key)
-        return data[offset - start : offset - start + length]
+            checksum = self._checksum(os.pread(fd, _HEADER.size, 0), block_length, key)
+        except BaseException:
+            os.close(fd)
+            raise
+        block = _OpenBlock(fd, checksum, block_length, users=1)
+        with self._lock:
+            dropped = [self._open.pop(k)] if k in self._open else []
+            self._open[k] = block
+            while len(self._open) > MAX_OPEN_BLOCKS:
+                dropped.append(self._open.popitem(last=False)[1])
+            for b in dropped:
+                self._doom(b)
+        return block
+
+    def _release(self, block: _OpenBlock) -> None:
+        with self._lock:
+            block.users -= 1
+            if block.doomed and block.users == 0:
+                block.close()
+
+    def _doom(self, block: _OpenBlock) -> None:
+        """Close a block's files once no lookup uses them (call with the lock held)."""
+        block.doomed = True
+        if block.users == 0:
+            block.close()
+
+    def _forget(self, key: BlockKey) -> None:
+        with self._lock:
+            block = self._open.pop((key.pool, key.stem()), None)
+            if block is not None:
+                self._doom(block)
+
+    def close(self) -> None:
+        """Close every file lookups keep open (once they finish)."""
+        with self._lock:
+            for block in self._open.values():
+                self._doom(block)
+            self._open.clear()
 
     def _checksum(self, header: bytes, block_length: int, key: BlockKey) -> Checksum:
         if len(header) < _HEADER.size:
@@ -221,22 +321,16 @@ class BlockCache:
         count = -(-len(data) // bpc)
         if chunk_offset % bpc or len(sums) != count * 4 or chunk_offset + len(data) > block_length:
             raise ValueError("a cache store needs whole chunks and one checksum per chunk")
-        data_path, sums_path = self._paths(key)
+        path = self._path(key)
+        flags_at, data_at = _layout(block_length, bpc)
         try:
-            os.makedirs(os.path.dirname(data_path), mode=0o700, exist_ok=True)
-            fd = os.open(data_path, os.O_WRONLY | os.O_CREAT, 0o600)
+            fd = self._open_for_store(path, checksum, block_length)
             try:
-                os.pwrite(fd, data, chunk_offset)
-                data_size = os.fstat(fd).st_blocks * 512
-            finally:
-                os.close(fd)
-            fd = os.open(sums_path, os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                if os.fstat(fd).st_size < _HEADER.size:
-                    os.pwrite(fd, _HEADER.pack(_MAGIC, _VERSION, checksum.kind, 0, bpc, block_length), 0)
-                entries = b"".join(bytes(sums[i : i + 4]) + _PRESENT for i in range(0, len(sums), 4))
-                os.pwrite(fd, entries, _HEADER.size + first * _ENTRY)  # after the data: see the module doc
-                sums_size = os.fstat(fd).st_blocks * 512
+                # The data, then the checksums, then the flags: see the module doc.
+                os.pwrite(fd, data, data_at + chunk_offset)
+                os.pwrite(fd, sums, _HEADER.size + 4 * first)
+                os.pwrite(fd, bytes([_PRESENT]) * count, flags_at + first)
+                size = os.fstat(fd).st_blocks * 512
             finally:
                 os.close(fd)
         except OSError as e:
@@ -246,16 +340,40 @@ class BlockCache:
             return
         with self._lock:
             k = (key.pool, key.stem())
-            self._used += data_size + sums_size - self._sizes.pop(k, 0)
-            self._sizes[k] = data_size + sums_size
+            self._used += size - self._sizes.pop(k, 0)
+            self._sizes[k] = size
         if self._used > self.capacity:
             self.evict_to(int(self.capacity * 0.9))
 
     # ----- helpers --------------------------------------------------------------------------------
 
-    def _paths(self, key: BlockKey) -> tuple[str, str]:
-        base = os.path.join(self.root, key.pool, key.stem())
-        return base + ".data", base + ".sums"
+    def _path(self, key: BlockKey) -> str:
+        return os.path.join(self.root, key.pool, key.stem() + ".blk")
+
+    @staticmethod
+    def _open_for_store(path: str, checksum: Checksum, block_length: int) -> int:
+        """The block's file for writing; a new one appears (by a link) with its header complete."""
+        try:
+            return os.open(path, os.O_WRONLY)
+        except FileNotFoundError:
+            pass
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            header = _HEADER.pack(_MAGIC, _VERSION, checksum.kind, 0, checksum.bytes_per_checksum, block_length)
+            os.pwrite(fd, header, 0)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:  # another thread or mount made it first: use theirs
+                os.close(fd)
+                fd = os.open(path, os.O_WRONLY)
+        except BaseException:
+            os.close(fd)
+            raise
+        finally:
+            os.unlink(tmp)
+        return fd
 
     def _touch(self, key: BlockKey) -> None:
         with self._lock:
@@ -264,6 +382,7 @@ class BlockCache:
                 self._sizes.move_to_end(k)
 
     def _corrupt(self, key: BlockKey, why: str) -> NoReturn:
+        self._forget(key)
         with self._lock:
             self.counters.corrupt += 1
             self._used -= self._sizes.pop((key.pool, key.stem()), 0)
@@ -278,11 +397,18 @@ class BlockCache:
         log.warning("block cache: %s block %d failed: %s", doing, key.block_id, e.strerror or e)
 
     def _unlink(self, pool: str, stem: str) -> None:
-        for suffix in (".sums", ".data"):  # the entries first: a half-removed block is a miss
-            try:
-                os.unlink(os.path.join(self.root, pool, stem + suffix))
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                log.warning("block cache: removing %s%s failed: %s", stem, suffix, e.strerror or e)
+        try:
+            os.unlink(os.path.join(self.root, pool, stem + ".blk"))
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            log.warning("block cache: removing %s.blk failed: %s", stem, e.strerror or e)
 
+
+def _remove_stale_temporary(entry: os.DirEntry[str]) -> None:
+    """A header file left by a store that crashed before linking it into place."""
+    try:
+        if entry.name.endswith(".tmp") and entry.stat().st_mtime < time.time() - 600:
+            os.unlink(entry.path)
+    except OSError:
+        pass

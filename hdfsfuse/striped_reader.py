@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from hdfsfuse import dtp, erasure
+from hdfsfuse.blockcache import BlockKey
 from hdfsfuse.concurrency import run_each
 from hdfsfuse.datanode import ConnectFailed, read_replica
 from hdfsfuse.erasure import EcPolicy
@@ -171,8 +172,27 @@ class StripedReader:
                                       [read.unit], length)[read.unit]
 
     async def _read_unit(self, file: HdfsFile, plan: GroupPlan, unit: int, start: int, length: int,
-                         dead: set[str], failed: dict[int, str]) -> bytearray | None:
-        """Exactly `length` bytes at `start` of one internal block, or None (recorded in `failed`)."""
+                         dead: set[str], failed: dict[int, str]) -> bytes | bytearray | None:
+        """Exactly `length` bytes at `start` of one internal block, or None (recorded in `failed`).
+
+        With the block cache on, an internal block is a block like any other: looked up first,
+        stored after a read from its DataNode.
+        """
+        cached = self.client.cached
+        if cached is None or unit not in plan.sources:
+            return await self._fetch_unit(file, plan, unit, start, length, dead, failed, None)
+        b = plan.sources[unit][0].block
+        key = BlockKey(b.poolId, b.blockId, b.generationStamp)
+
+        async def fetch(keep: list[dtp.ReadBlockParser]) -> bytearray | None:
+            return await self._fetch_unit(file, plan, unit, start, length, dead, failed, keep)
+
+        # The fetch reads exactly this plan's internal block: the key always names its bytes.
+        return await cached.read(key, plan.lengths[unit], start, length, fetch, lambda: True)
+
+    async def _fetch_unit(self, file: HdfsFile, plan: GroupPlan, unit: int, start: int, length: int,
+                          dead: set[str], failed: dict[int, str],
+                          keep: list[dtp.ReadBlockParser] | None) -> bytearray | None:
         client = self.client
         sources = [s for s in plan.sources.get(unit, []) if s.address not in dead]
         if not sources:
@@ -183,7 +203,7 @@ class StripedReader:
             security = None if client.dn_security is None else client.dn_security.for_block(src.token)
             try:
                 return await read_replica(client.pool, src.address, request, start, length, src.what,
-                                          client.options.timeouts, client.stats, security)
+                                          client.options.timeouts, client.stats, security, keep)
             except dtp.InvalidBlockToken:
                 raise _TokenRefused from None
             except (HdfsError, ProtocolError) as e:

@@ -66,8 +66,8 @@ def test_a_second_read_comes_from_the_cache(cluster: MiniDfs, data_dir: str, mou
     assert stats["block_cache_corrupt"] == 0
     # The blocks on disk are keyed by block id and generation stamp.
     blocks = cluster.blocks(f"{data_dir}/f")
-    names = {p.name for p in (tmp_path / "cache").rglob("*.data")}
-    assert {f"{b['block_id']}_{b['generation_stamp']}.data" for b in blocks} == names
+    names = {p.name for p in (tmp_path / "cache").rglob("*.blk")}
+    assert {f"{b['block_id']}_{b['generation_stamp']}.blk" for b in blocks} == names
 
 
 def test_replaced_and_appended_files_read_their_new_bytes(cluster: MiniDfs, data_dir: str, mount,  # type: ignore[no-untyped-def]
@@ -94,12 +94,12 @@ def test_a_damaged_cache_file_is_caught_and_counted(cluster: MiniDfs, data_dir: 
     m = mount(cluster, "direct_io", f"cache_dir={tmp_path}/cache")
     _read_all(m, f"{data_dir}/f", data, preads=0)
     _stored(m, len(data))
-    for f in (tmp_path / "cache").rglob("*.data" if damage != "sums" else "*.sums"):
+    for f in (tmp_path / "cache").rglob("*.blk"):
         raw = bytearray(f.read_bytes())
         if damage == "truncate":
             f.write_bytes(raw[: len(raw) // 3])
         elif damage == "sums":
-            raw[20 + 8 * 1000 + 1] ^= 0x10  # chunk 1000's checksum (8 bytes per chunk after a 20-byte header)
+            raw[20 + 4 * 1000 + 1] ^= 0x10  # chunk 1000's checksum (4 bytes per chunk after a 20-byte header)
             f.write_bytes(raw)
         else:
             raw[len(raw) // 2] ^= 0x10
@@ -178,7 +178,7 @@ def test_blocks_being_written_are_never_cached(cluster: MiniDfs, data_dir: str, 
         m = mount(cluster, "direct_io", f"cache_dir={tmp_path}/cache")
         _read_all(m, path, first, preads=10)
         _stored(m, MiB)
-        cached = {p.name.split("_")[0] for p in (tmp_path / "cache").rglob("*.data")}
+        cached = {p.name.split("_")[0] for p in (tmp_path / "cache").rglob("*.blk")}
         blocks = cluster.blocks(path)
         assert cached == {str(blocks[0]["block_id"])}  # the finished block only
     finally:

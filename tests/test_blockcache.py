@@ -4,7 +4,6 @@ wrong bytes. The mount-level tests are in test_block_cache_mount.py."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -33,9 +32,11 @@ def _store(cache: BlockCache, start_chunk: int, end_chunk: int, key: BlockKey = 
     cache.store(key, len(block), checksum, start, data, checksum.compute(data))
 
 
-def _files(tmp_path: Path, key: BlockKey = KEY) -> tuple[Path, Path]:
-    base = tmp_path / SUBDIR / key.pool / key.stem()
-    return base.with_suffix(".data"), base.with_suffix(".sums")
+def _file(tmp_path: Path, key: BlockKey = KEY) -> Path:
+    return tmp_path / SUBDIR / key.pool / f"{key.stem()}.blk"
+
+
+DATA_AT = 4096  # BLOCK's bytes start here in its file (after 20 + 11 x 5 bytes, page-aligned)
 
 
 def test_stored_chunks_are_served_exactly_and_others_miss(tmp_path: Path) -> None:
@@ -75,34 +76,35 @@ def test_any_read_is_exact_or_a_miss(tmp_path_factory: pytest.TempPathFactory, s
 def test_damaged_files_are_dropped_and_counted_never_served(tmp_path: Path, damage: str) -> None:
     cache = _cache(tmp_path)
     _store(cache, 0, 11)
-    data, sums = _files(tmp_path)
+    f = _file(tmp_path)
+    raw = bytearray(f.read_bytes())
+    assert raw[DATA_AT:] == BLOCK
     if damage == "flip data":
-        raw = bytearray(data.read_bytes())
-        raw[3 * BPC + 5] ^= 0x40
-        data.write_bytes(raw)
+        raw[DATA_AT + 3 * BPC + 5] ^= 0x40
     elif damage == "truncate data":
-        os.truncate(data, 6 * BPC + 1)
+        raw = raw[: DATA_AT + 6 * BPC + 1]
     elif damage == "flip sum":
-        raw = bytearray(sums.read_bytes())
-        raw[20 + 3 * 8] ^= 1  # chunk 3's checksum
-        sums.write_bytes(raw)
+        raw[20 + 3 * 4] ^= 1  # chunk 3's checksum
     elif damage == "bad header":
-        raw = bytearray(sums.read_bytes())
         raw[0:4] = b"XXXX"
-        sums.write_bytes(raw)
+    f.write_bytes(raw)
     length = len(BLOCK) if damage != "other length" else len(BLOCK) + 1
     with pytest.raises(CacheCorrupt):
         cache.read(KEY, length, 3 * BPC, 4 * BPC)
     assert cache.counters.corrupt == 1
-    assert not data.exists() and not sums.exists()  # dropped: the next read is a plain miss
+    assert not f.exists()  # dropped: the next read is a plain miss
     assert cache.read(KEY, len(BLOCK), 3 * BPC, 10) is None
 
 
 def test_a_crash_between_data_and_entries_is_a_miss(tmp_path: Path) -> None:
     cache = _cache(tmp_path)
     _store(cache, 0, 4)
-    _, sums = _files(tmp_path)
-    os.truncate(sums, 20 + 2 * 8)  # chunks 2 and 3 lost their entries (data written, entries not)
+    f = _file(tmp_path)
+    raw = bytearray(f.read_bytes())
+    flags = 20 + 4 * 11  # after the header and eleven checksums
+    assert raw[flags : flags + 11] == b"\x01" * 4 + bytes(7)  # chunks 0-3 stored
+    raw[flags + 2 : flags + 4] = b"\x00\x00"  # chunks 2 and 3: data and checksums written, flags not
+    f.write_bytes(raw)
     assert cache.read(KEY, len(BLOCK), 0, 2 * BPC) == BLOCK[: 2 * BPC]
     assert cache.read(KEY, len(BLOCK), BPC, 2 * BPC) is None
     assert cache.counters.corrupt == 0
@@ -156,3 +158,45 @@ def test_an_unusable_directory_is_a_clear_error(tmp_path: Path) -> None:
     blocker.write_text("not a directory")
     with pytest.raises(OSError, match="is not usable"):
         BlockCache(str(blocker), 1 << 20).open()
+
+
+def test_lookups_in_threads_under_evictions_are_exact_or_misses(tmp_path: Path) -> None:
+    import threading
+
+    keys = [BlockKey("BP-1", 300 + i, 1) for i in range(6)]
+    cache = _cache(tmp_path)
+    wrong: list[tuple[BlockKey, int]] = []
+    stop = threading.Event()
+
+    def reader(seed: int) -> None:
+        import random
+
+        rng = random.Random(seed)
+        while not stop.is_set():
+            k = rng.choice(keys)
+            off = rng.randrange(len(BLOCK))
+            n = min(rng.randrange(1, 2000), len(BLOCK) - off)
+            try:
+                got = cache.read(k, len(BLOCK), off, n)
+            except CacheCorrupt:
+                got = None
+                wrong.append((k, -1))
+            if got is not None and got != BLOCK[off : off + n]:
+                wrong.append((k, off))
+
+    def churn() -> None:
+        i = 0
+        while not stop.is_set():
+            _store(cache, 0, 11, key=keys[i % len(keys)])
+            cache.evict_to(cache.used // 2)
+            i += 1
+
+    threads = [threading.Thread(target=reader, args=(s,)) for s in range(3)] + [threading.Thread(target=churn)]
+    for t in threads:
+        t.start()
+    stop.wait(1.5)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert wrong == []
+    assert cache.counters.evictions > 10

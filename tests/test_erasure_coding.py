@@ -287,3 +287,19 @@ def test_files_in_an_encryption_zone_answer_eopnotsupp(rs32, mount) -> None:  # 
         open(m.path("/ez/f"), "rb")
     assert e.value.errno == errno.EOPNOTSUPP
     assert "/ez/f: files in an encryption zone are not supported" in m.log_text()
+
+
+def test_the_block_cache_keeps_internal_blocks(rs32, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    c, files = rs32
+    m = mount(c, "direct_io", FAST, f"cache_dir={tmp_path}/cache")
+    odd = {"/ec/odd": files["/ec/odd"]}
+    check_reads(m, odd, tmp_path, preads=0)
+    wait_until(lambda: _counter(m, "block_cache_stored_bytes") >= len(files["/ec/odd"]), "nothing was cached")
+    lost = c.stop_datanode(path="/ec/odd", block_index=0, internal_index=0)
+    try:
+        before = c.metrics_total()
+        check_reads(m, odd, tmp_path, preads=20, seed=9)  # a lost unit, but every byte is cached
+        assert c.metrics_total()["BytesRead"] - before["BytesRead"] < 0.01 * len(files["/ec/odd"])
+        assert _counter(m, "ec_degraded_reads") == 0
+    finally:
+        c.restart_datanode(lost)

@@ -1,0 +1,104 @@
+"""The persistent block cache (issue 18), every contender in the same run:
+
+    .venv/bin/python -m tests.bench.cache [--reps N] [--reads N] [--size MiB]
+
+A 3-DataNode cluster, 128 MiB blocks, one file of `--size` MiB (1 GiB by default) written by the
+Java client. Each round mounts hdfsfuse (default page-cache mode) with an empty cache directory,
+then, with the referee of `tests.bench.run.measure` (contenders in their own processes, warm-ups
+kept out of the counters, caches dropped before each measurement, so the second read comes from
+the cache's files on local disk, not from memory):
+
+- W3 first: the whole file sequentially, cache empty (it fills as it goes);
+- W3 second: the whole file again, from the cache;
+- W1 cached: random page-aligned 4 KiB reads on the cached mount;
+- W1 hdfs-native and W1 without a cache (a plain mount), the same offsets.
+
+Rounds are interleaved; medians are reported with CPU per read and DataNode BytesRead.
+Prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+from pathlib import Path
+
+from tests.bench.run import Contender, Result, _worker, daemon_pid, measure, median_result, random_reads
+from tests.minidfs import ClusterOptions, MiniDfs
+from tests.mounting import Mount
+
+MiB = 1 << 20
+PATH = "/cache/big"
+
+
+def _summary(results: list[Result], app_bytes: int) -> dict[str, float]:
+    r = median_result(results)
+    return {"reads_per_s": round(r.rate, 1), "mb_per_s": round(r.mbps, 1), "cpu_us_per_read": round(r.cpu_us_per_op, 1),
+            "bytesread_amp": round(r.bytes_read / max(1, app_bytes), 4)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--reads", type=int, default=2000)
+    p.add_argument("--size", type=int, default=1024, help="file size in MiB")
+    a = p.parse_args()
+    size = a.size * MiB
+    raw: dict[str, list[Result]] = {}
+    with MiniDfs(ClusterOptions(datanodes=3, block_size=128 * MiB), heap="2g") as cluster, \
+            tempfile.TemporaryDirectory() as work:
+        local = Path(work) / "data"
+        with open(local, "wb") as f:
+            rnd = random.Random(1)
+            for _ in range(size // (16 * MiB) or 1):
+                f.write(rnd.randbytes(min(16 * MiB, size)))
+        cluster.put(local, PATH)
+        local.unlink()
+        offsets = Path(work) / "w1"
+        offsets.write_text("".join(f"{o} {n}\n" for o, n in random_reads(size, a.reads, 4096, True, 11)))
+        no_warmup = Path(work) / "none"
+        no_warmup.write_text("")
+        warm = Path(work) / "warm"
+        warm.write_text("".join(f"{o} {n}\n" for o, n in random_reads(size, 200, 4096, True, 99)))
+        plain = Mount(cluster)
+        try:
+            native = Contender("hdfs-native", _worker("native", cluster))
+            uncached = Contender("hdfsfuse mount, no cache", _worker("mount", cluster, plain),
+                                 lambda: daemon_pid(plain))
+            for rep in range(a.reps):
+                cache_dir = Path(work) / f"cache-{rep}"
+                cached = Mount(cluster, f"cache_dir={cache_dir}", "cache_size=2G")
+                try:
+                    c = Contender("hdfsfuse mount + cache", _worker("mount", cluster, cached),
+                                  lambda m=cached: daemon_pid(m))  # type: ignore[misc]
+                    # No warm-up reads for the first pass: they would fill the cache.
+                    raw.setdefault("W3 first (cache empty)", []).append(
+                        measure(cluster, "W3 first", c, 1, c.argv(PATH, "seq", str(no_warmup), 1)))
+                    raw.setdefault("W3 second (from the cache)", []).append(
+                        measure(cluster, "W3 second", c, 1, c.argv(PATH, "seq", str(no_warmup), 1)))
+                    raw.setdefault("W1 hdfsfuse mount + cache", []).append(
+                        measure(cluster, "W1", c, a.reads, c.argv(PATH, str(offsets), str(warm), 1)))
+                finally:
+                    cached.unmount()
+                for name, contender in (("W1 hdfs-native", native), ("W1 hdfsfuse mount, no cache", uncached)):
+                    raw.setdefault(name, []).append(
+                        measure(cluster, "W1", contender, a.reads, contender.argv(PATH, str(offsets), str(warm), 1)))
+                print(f"round {rep + 1} done", flush=True)
+        finally:
+            plain.unmount()
+    figures = {name: _summary(rs, size if name.startswith("W3") else a.reads * 4096) for name, rs in raw.items()}
+    first, second = figures["W3 first (cache empty)"], figures["W3 second (from the cache)"]
+    report = {
+        "file": {"size": size, "block_size": 128 * MiB, "reads": a.reads, "reps": a.reps},
+        "figures": figures,
+        "second_vs_first_sequential": round(second["mb_per_s"] / first["mb_per_s"], 3),
+        "cached_w1_vs_hdfs_native": round(figures["W1 hdfsfuse mount + cache"]["reads_per_s"]
+                                          / figures["W1 hdfs-native"]["reads_per_s"], 3),
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
