@@ -102,6 +102,21 @@ def _layout(block_length: int, bpc: int) -> tuple[int, int]:
     return flags_at, -(-(flags_at + chunks) // _PAGE) * _PAGE
 
 
+class WouldBlock(Exception):
+    """A `nowait` lookup would have to wait for the disk: do it in a worker thread."""
+
+
+def _pread_nowait(fd: int, n: int, offset: int) -> bytearray:
+    buf = bytearray(n)
+    try:
+        got = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
+    except BlockingIOError:
+        raise WouldBlock from None
+    if got != n:  # partly in memory, or the file ends early: let a plain read tell
+        raise WouldBlock
+    return buf
+
+
 class CacheCorrupt(Exception):
     """A cached block failed verification; its files were dropped."""
 
@@ -194,18 +209,22 @@ class BlockCache:
 
     # ----- lookups --------------------------------------------------------------------------------
 
-    def read(self, key: BlockKey, block_length: int, offset: int, length: int) -> bytes | None:
+    def read(self, key: BlockKey, block_length: int, offset: int, length: int, *,
+             nowait: bool = False) -> bytes | bytearray | None:
         """Exactly [offset, offset+length) of a block, verified, or None when not all cached.
 
         Raises CacheCorrupt (after dropping the block) when stored bytes fail verification.
+        `nowait`: only from files already open and bytes already in the kernel's page cache
+        (RWF_NOWAIT), so the caller's thread never waits for a disk; raises WouldBlock otherwise.
         """
         try:
-            block = self._acquire(key, block_length)
+            block = self._acquire(key, block_length, open_files=not nowait)
         except OSError as e:
             self._error("opening", key, e)
             return None
         if block is None:
             return None
+        pread = _pread_nowait if nowait else os.pread
         try:
             bpc = block.checksum.bytes_per_checksum
             first, last = offset // bpc, (offset + length - 1) // bpc
@@ -213,11 +232,13 @@ class BlockCache:
             start, end = first * bpc, min((last + 1) * bpc, block_length)
             flags_at, data_at = block.layout
             try:
-                if os.pread(block.fd, count, flags_at + first).count(_PRESENT) != count:
+                if pread(block.fd, count, flags_at + first).count(_PRESENT) != count:
                     self._forget(key)  # another mount may have replaced the file: reopen next time
                     return None
-                sums = os.pread(block.fd, 4 * count, _HEADER.size + 4 * first)
-                data = os.pread(block.fd, end - start, data_at + start)
+                sums = pread(block.fd, 4 * count, _HEADER.size + 4 * first)
+                data = pread(block.fd, end - start, data_at + start)
+            except WouldBlock:
+                raise
             except OSError as e:
                 self._forget(key)
                 self._error("reading", key, e)
@@ -235,8 +256,11 @@ class BlockCache:
             return data
         return data[offset - start : offset - start + length]
 
-    def _acquire(self, key: BlockKey, block_length: int) -> _OpenBlock | None:
-        """The block's open files, in use until `_release`; None when it is not cached."""
+    def _acquire(self, key: BlockKey, block_length: int, open_files: bool = True) -> _OpenBlock | None:
+        """The block's open files, in use until `_release`; None when it is not cached.
+
+        Without `open_files`, only a block already open is taken (WouldBlock otherwise).
+        """
         k = (key.pool, key.stem())
         with self._lock:
             block = self._open.get(k)
@@ -248,6 +272,8 @@ class BlockCache:
                 self._release(block)
                 self._corrupt(key, f"block length {block.block_length}, expected {block_length}")
             return block
+        if not open_files:
+            raise WouldBlock
         try:
             fd = os.open(self._path(key), os.O_RDONLY)
         except FileNotFoundError:

@@ -1,12 +1,14 @@
 """Reads through the persistent block cache, over trio (the cache itself is `hdfsfuse.blockcache`).
 
     read(key, offset, length, fetch)
-      -> cache lookup in a worker thread: verified bytes, or a miss
+      -> cache lookup: verified bytes, or a miss
       -> miss: one fetch per (block, range) at a time; readers of the same range wait for it
       -> the fetched chunks (verified, chunk-aligned) are stored in the background, in a thread
 
-The trio loop never touches cache files. Stores that fall behind are dropped, not queued without
-bound: a cache is an optimisation, and a read never waits for one.
+The trio loop only reads cache files that are open already, and only bytes the kernel holds in
+memory (RWF_NOWAIT: it cannot wait for a disk); everything else runs in worker threads. Stores
+that fall behind are dropped, not queued without bound: a cache is an optimisation, and a read
+never waits for one.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from hdfsfuse import dtp
-from hdfsfuse.blockcache import BlockCache, BlockKey, CacheCorrupt
+from hdfsfuse.blockcache import BlockCache, BlockKey, CacheCorrupt, WouldBlock
 from hdfsfuse.stats import Stats
 
 log = logging.getLogger(__name__)
 
 MAX_PENDING_STORE_BYTES = 64 * 1024 * 1024
+NOWAIT_MAX = 128 * 1024  # larger lookups verify in a thread even when their bytes are in memory
 RESCAN_SECONDS = 30.0
 
 Fetch = Callable[[list[dtp.ReadBlockParser]], Awaitable[bytearray | None]]
@@ -73,10 +76,17 @@ class CachedReads:
             self._store_later(key, block_length, kept[0])
         return flight.data
 
-    async def _lookup(self, key: BlockKey, block_length: int, offset: int, length: int) -> bytes | None:
+    async def _lookup(self, key: BlockKey, block_length: int, offset: int, length: int) -> bytes | bytearray | None:
+        data: bytes | bytearray | None = None
         try:
-            data = await trio.to_thread.run_sync(self.cache.read, key, block_length, offset, length,
-                                                 limiter=self._threads)
+            try:
+                if length > NOWAIT_MAX:
+                    raise WouldBlock
+                # Small reads of bytes the kernel already holds: no thread hop (nothing can wait).
+                data = self.cache.read(key, block_length, offset, length, nowait=True)
+            except WouldBlock:
+                data = await trio.to_thread.run_sync(self.cache.read, key, block_length, offset, length,
+                                                     limiter=self._threads)
         except CacheCorrupt:
             data = None
         self._sync_counters()

@@ -4,6 +4,7 @@ wrong bytes. The mount-level tests are in test_block_cache_mount.py."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,20 @@ def test_lookups_in_threads_under_evictions_are_exact_or_misses(tmp_path: Path) 
         t.join()
     assert wrong == []
     assert cache.counters.evictions > 10
+
+
+def test_nowait_lookups_never_wait_for_files_or_disks(tmp_path: Path) -> None:
+    from hdfsfuse.blockcache import WouldBlock
+
+    cache = _cache(tmp_path)
+    _store(cache, 0, 11)
+    with pytest.raises(WouldBlock):  # not open yet: opening is for a worker thread
+        cache.read(KEY, len(BLOCK), 100, 1000, nowait=True)
+    assert cache.read(KEY, len(BLOCK), 100, 1000) == BLOCK[100:1100]
+    assert cache.read(KEY, len(BLOCK), 100, 1000, nowait=True) == BLOCK[100:1100]  # open, and in memory
+    if os.geteuid() == 0:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        with pytest.raises(WouldBlock):  # the bytes are on disk only now
+            cache.read(KEY, len(BLOCK), 100, 1000, nowait=True)
+        assert cache.read(KEY, len(BLOCK), 100, 1000) == BLOCK[100:1100]
