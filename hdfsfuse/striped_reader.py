@@ -100,7 +100,9 @@ class StripedReader:
         self.client = client
 
     async def read(self, file: HdfsFile, piece: Piece, policy: EcPolicy) -> bytearray:
-        token_refreshed = False
+        """A piece of one group. A refused token, or more lost units than the parity covers,
+        fetch the group's locations again (forgetting its dead DataNodes) and retry, once each."""
+        token_refreshed = refetched = False
         while True:
             plan = file.group_plan(piece.block_start, policy, self.client)
             try:
@@ -112,7 +114,14 @@ class StripedReader:
                 token_refreshed = True
                 self.client.stats.token_refreshes += 1
                 log.info("%s: a block token was refused; fetching the group's locations again", file.path)
-                await self.client._locate(file, piece.block_start, 1)
+            except BlockUnavailable:
+                if refetched:
+                    raise
+                refetched = True
+                log.info("%s: too many units of the group at file offset %d failed; fetching its locations again",
+                         file.path, piece.block_start)
+                file.dead.pop(plan.start, None)
+            await self.client._locate(file, piece.block_start, 1)
 
     async def _read_group(self, file: HdfsFile, plan: GroupPlan, piece: Piece, policy: EcPolicy) -> bytearray:
         output = bytearray(piece.length)
@@ -151,8 +160,8 @@ class StripedReader:
 
             async def source(unit: int, inputs: dict[int, bytes | bytearray] = inputs) -> None:
                 stored = min(start + length, plan.lengths[unit]) - start  # beyond it: zeros
-                data: bytes | bytearray | None = b""
                 have = fetched.get(unit)
+                data: bytes | bytearray | None
                 if stored <= 0:
                     data = b""
                 elif have is not None and have[0] <= start and have[0] + len(have[1]) >= start + stored:
