@@ -246,7 +246,7 @@ class BlockCache:
             if len(data) != end - start or len(sums) != 4 * count:
                 self._corrupt(key, f"files end before block offset {end}")
             try:
-                block.checksum.verify(memoryview(data), memoryview(sums), start, f"cached block {key.block_id}")
+                block.checksum.verify(bytes(data) if nowait else data, sums, start, f"cached block {key.block_id}")
             except ChecksumMismatch as e:
                 self._corrupt(key, str(e))
         finally:

@@ -95,7 +95,7 @@ class Checksum:
         data = bytes(data)
         return b"".join(struct.pack(">I", self._func(data[i : i + bpc])) for i in range(0, len(data), bpc))
 
-    def verify(self, data: memoryview, sums: memoryview, block_offset: int, what: str) -> None:
+    def verify(self, data: memoryview | bytes, sums: memoryview | bytes, block_offset: int, what: str) -> None:
         """Check every chunk of `data`, which starts at `block_offset` in the block.
 
         Raises ChecksumMismatch naming `what` (the block and DataNode) and the chunk's offset.
@@ -109,7 +109,7 @@ class Checksum:
         if len(sums) != count * 4:
             raise ProtocolError(f"{len(sums)} checksum bytes for {n} data bytes")
         expected = _sums_struct(count).unpack(sums)
-        chunks = bytes(data) if self._needs_bytes else data
+        chunks = bytes(data) if self._needs_bytes and not isinstance(data, bytes) else data
         computed = tuple(map(func, [chunks[i : i + bpc] for i in range(0, n, bpc)]))
         if computed != expected:
             bad = next(i for i in range(count) if computed[i] != expected[i])
