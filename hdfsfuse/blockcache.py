@@ -279,6 +279,9 @@ class BlockCache:
         except FileNotFoundError:
             return None
         try:
+            # Lookups read exactly what they need (a 4 KiB read stays 4 KiB on the disk): no
+            # kernel readahead on top, which would read 128 KiB for each random read.
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
             checksum = self._checksum(os.pread(fd, _HEADER.size, 0), block_length, key)
         except BaseException:
             os.close(fd)

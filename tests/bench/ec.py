@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from hdfsfuse import erasure
-from tests.bench.run import Contender, Result, _java, _worker, daemon_pid, measure, median_result, random_reads
+from tests.bench.run import Contender, Result, _java, _worker, daemon_pid, measure, random_reads, summary
 from tests.minidfs import ClusterOptions, MiniDfs
 from tests.mounting import Mount
 
@@ -55,13 +55,6 @@ def decode_speed() -> dict[str, float]:
             assert got[0] == data[0]
         out[policy.name] = round(MiB / statistics.median(times) / 1e6, 1)
     return out
-
-
-def _summary(results: list[Result], app_bytes: int) -> dict[str, float]:
-    r = median_result(results)
-    return {"reads_per_s": round(r.rate, 1), "mb_per_s": round(r.mbps, 1), "cpu_us_per_read": round(r.cpu_us_per_op, 1),
-            "bytesread_amp": round(r.bytes_read / max(1, app_bytes), 4),
-            "wire_amp": round(r.wire_bytes / max(1, app_bytes), 4), "dn_read_ops": r.dn_read_ops}
 
 
 def main() -> None:
@@ -124,7 +117,7 @@ def main() -> None:
     app = a.reads * 4096
     figures: dict[str, dict[str, dict[str, float]]] = {}
     for (workload, name), results in raw.items():
-        figures.setdefault(workload, {})[name] = _summary(results, size if workload == "W3" else app)
+        figures.setdefault(workload, {})[name] = summary(results, size if workload == "W3" else app)
     java_w1 = figures["W1"]["Java pread"]["reads_per_s"]
     for f in figures["W1"].values():
         f["vs_java_pread"] = round(f["reads_per_s"] / java_w1, 3)

@@ -203,9 +203,15 @@ def daemon_pid(mount: Mount) -> int:
 # ----- measuring -----------------------------------------------------------------------------------
 
 
-def measure(cluster: MiniDfs, workload: str, contender: Contender, ops: int, argv: list[str]) -> Result:
-    """Run one contender process: warm-up, then counters, then the timed reads (the one rule)."""
-    drop_caches()
+def measure(cluster: MiniDfs, workload: str, contender: Contender, ops: int, argv: list[str],
+            *, cold: bool = True) -> Result:
+    """Run one contender process: warm-up, then counters, then the timed reads (the one rule).
+
+    `cold` drops the kernel's caches first (every contender's files come from disk); without it
+    they stay as the previous measurement left them.
+    """
+    if cold:
+        drop_caches()
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdin is not None and proc.stdout is not None
     try:
@@ -253,6 +259,14 @@ def measure_call(cluster: MiniDfs, workload: str, contender: str, fn: Callable[[
     nn1 = cluster.nn_metrics()
     return Result(workload=workload, contender=contender, seconds=seconds, app_bytes=0, ops=1, wire_bytes=0,
                   bytes_read=0, dn_read_ops=0, connects=0, nn_rpcs=sum(nn1.values()) - sum(nn0.values()))
+
+
+def summary(results: list[Result], app_bytes: int) -> dict[str, float]:
+    """One contender's rounds as JSON figures (medians): rates, CPU per read, amplification."""
+    r = median_result(results)
+    return {"reads_per_s": round(r.rate, 1), "mb_per_s": round(r.mbps, 1), "cpu_us_per_read": round(r.cpu_us_per_op, 1),
+            "bytesread_amp": round(r.bytes_read / max(1, app_bytes), 4),
+            "wire_amp": round(r.wire_bytes / max(1, app_bytes), 4), "dn_read_ops": r.dn_read_ops}
 
 
 def median_result(results: list[Result]) -> Result:
