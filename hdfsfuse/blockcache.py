@@ -55,6 +55,7 @@ _MAGIC = b"HFCS"
 _VERSION = 1
 _PRESENT = 1
 MAX_OPEN_BLOCKS = 128  # blocks whose files lookups keep open
+SEQUENTIAL_CHUNKS = 2048  # a lookup of 1 MiB (of 512-byte chunks) or more is a sequential reader's
 _NAME = re.compile(r"(-?\d+)_(\d+)\.blk")
 _PAGE = 4096
 MIN_FREE = 64 * 1024 * 1024  # leave this much of the filesystem free when sizing the cache
@@ -236,6 +237,11 @@ class BlockCache:
                     self._forget(key)  # another mount may have replaced the file: reopen next time
                     return None
                 sums = pread(block.fd, 4 * count, _HEADER.size + 4 * first)
+                if count >= SEQUENTIAL_CHUNKS and end < block_length:
+                    # A readahead-sized lookup: a sequential reader. Have the kernel read the next
+                    # range of this file in the background, so the next lookup finds it in memory.
+                    ahead = min(end - start, block_length - end)
+                    os.posix_fadvise(block.fd, data_at + end, ahead, os.POSIX_FADV_WILLNEED)
                 data = pread(block.fd, end - start, data_at + start)
             except WouldBlock:
                 raise
