@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import pyfuse3
 import trio
 
+from hdfsfuse import xattrs
 from hdfsfuse.client import HdfsClient, HdfsFile
 from hdfsfuse.erasure import policy_name
 from hdfsfuse.errors import FileNotFound, HdfsError, to_errno
@@ -68,6 +69,21 @@ class IdentityMap:
 
     def group(self, name: str) -> int:
         return self._resolve(self._groups, name, lambda n: grp.getgrnam(n).gr_gid, self.gid)
+
+    @staticmethod
+    def known_user(name: str) -> int | None:
+        """The local uid of exactly this user, or None (no fallback: for ACL entries)."""
+        try:
+            return pwd.getpwnam(name).pw_uid
+        except KeyError:
+            return None
+
+    @staticmethod
+    def known_group(name: str) -> int | None:
+        try:
+            return grp.getgrnam(name).gr_gid
+        except KeyError:
+            return None
 
     @staticmethod
     def _resolve(cache: dict[str, int], name: str, lookup: Callable[[str], int], fallback: int) -> int:
@@ -139,6 +155,9 @@ class HdfsOperations(pyfuse3.Operations):
         self.options = options
         self.mountpoint = os.path.abspath(mountpoint)
         self._nursery = nursery
+        # When the kernel checks permissions (default_permissions), it also enforces the HDFS ACLs
+        # this mount shows (FUSE's POSIX-ACL capability: system.posix_acl_access from getxattr).
+        self.enable_acl = "default_permissions" in options.fuse_options("")
         self.ids = IdentityMap(
             options.uid if options.uid is not None else os.getuid(),
             options.gid if options.gid is not None else os.getgid(),
@@ -432,10 +451,14 @@ class HdfsOperations(pyfuse3.Operations):
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
         if inode == pyfuse3.ROOT_INODE:
             return [STATS_XATTR]
-        async with self._request("listxattr", self._entry(inode).shown):
+        entry = self._entry(inode)
+        async with self._request("listxattr", entry.shown):
             st = await self._status(inode, ctx)
+            hdfs_names = await xattrs.names(self._nn(ctx), entry.nn_path, st)
         names = list(FILE_XATTRS) if st.fileType == IS_FILE else []
-        return [*names, EC_XATTR] if st.HasField("ecPolicy") else names
+        if st.HasField("ecPolicy"):
+            names.append(EC_XATTR)
+        return names + [n for n in hdfs_names if n not in FILE_XATTRS and n != EC_XATTR]
 
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         if name == EC_XATTR:
@@ -447,11 +470,11 @@ class HdfsOperations(pyfuse3.Operations):
         if name not in FILE_XATTRS:
             if inode == pyfuse3.ROOT_INODE and name == STATS_XATTR:
                 return json.dumps(self.stats_snapshot()).encode()
-            if not name.startswith(b"user."):
-                # No security labels or POSIX ACLs here. EOPNOTSUPP (not ENODATA) lets tools like
-                # `ls -l` remember that for the whole mount instead of asking for every entry.
-                raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
-            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+            if name.startswith(b"user.") or name in xattrs.ACL_NAMES:
+                return await self._hdfs_xattr(inode, name, ctx)
+            # No security labels here. EOPNOTSUPP (not ENODATA) lets tools like `ls -l`
+            # remember that for the whole mount instead of asking for every entry.
+            raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
         entry = self._entry(inode)
         async with self._request("getxattr", entry.shown):
             st = await self._status(inode, ctx)
@@ -463,6 +486,21 @@ class HdfsOperations(pyfuse3.Operations):
                 return str(st.blocksize).encode()
             window = 10 * (st.blocksize or 128 * 1024 * 1024)
             return await self._blocks_xattr(self._nn(ctx), entry.nn_path, entry.shown, window)
+
+    async def _hdfs_xattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        """An HDFS user xattr or an ACL (`hdfsfuse.xattrs`); ENODATA when there is none."""
+        entry = self._entry(inode)
+        async with self._request("getxattr", entry.shown):
+            nn = self._nn(ctx)
+            if name in xattrs.ACL_NAMES:
+                st = await self._status(inode, ctx)
+                value = await xattrs.acl_value(nn, entry.nn_path, st, name, self.ids.known_user,
+                                               self.ids.known_group)
+            else:
+                value = await xattrs.user_value(nn, entry.nn_path, name[len(b"user.") :])
+        if value is None:
+            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+        return value
 
     async def _blocks_xattr(self, nn: NameNodeClient, nn_path: str, shown: str, window: int) -> bytes:
         """user.hdfs.blocks: the block list as JSON, fetched `window` bytes of file at a time.

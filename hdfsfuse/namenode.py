@@ -227,6 +227,29 @@ class NameNodeClient:
             raise FileNotFound(f"{path}: file does not exist")
         return r.locations
 
+    async def list_xattrs(self, path: str) -> list[hdfs_pb2.XAttrProto]:
+        """The names (no values) of the extended attributes the caller may see."""
+        r = await self.call("listXAttrs", hdfs_pb2.ListXAttrsRequestProto(src=path), hdfs_pb2.ListXAttrsResponseProto)
+        return list(r.xAttrs)
+
+    async def get_xattr(self, path: str, namespace: int, name: str) -> bytes | None:
+        """One extended attribute's value, or None when the file has no such attribute."""
+        request = hdfs_pb2.GetXAttrsRequestProto(src=path, xAttrs=[hdfs_pb2.XAttrProto(namespace=namespace, name=name)])
+        try:
+            r = await self.call("getXAttrs", request, hdfs_pb2.GetXAttrsResponseProto)
+        except HdfsError as e:
+            if e.java_class in ("org.apache.hadoop.hdfs.protocol.XAttrNotFoundException", "java.io.IOException") and (
+                "attributes provided was not found" in str(e)
+            ):
+                return None  # Hadoop 3.5 says XAttrNotFoundException; older NameNodes a plain IOException
+            raise
+        return r.xAttrs[0].value if r.xAttrs else None
+
+    async def get_acl_status(self, path: str) -> hdfs_pb2.AclStatusProto:
+        r = await self.call("getAclStatus", hdfs_pb2.GetAclStatusRequestProto(src=path),
+                            hdfs_pb2.GetAclStatusResponseProto)
+        return r.result
+
     async def get_server_defaults(self) -> hdfs_pb2.FsServerDefaultsProto:
         if self._server_defaults is None:
             r = await self.call("getServerDefaults", hdfs_pb2.GetServerDefaultsRequestProto(),

@@ -343,6 +343,10 @@ class MiniDfs:
         return self.command("corrupt_replica", path=path, block_index=block_index, offset=offset, length=length,
                             **fields)
 
+    def setxattr(self, path: str, name: str, value: str) -> None:
+        """Set an HDFS extended attribute (`user.k`, `trusted.k`, ...) on `path`."""
+        self.command("setxattr", path=path, name=name, value=value)
+
     def create_encryption_zone(self, path: str, key: str) -> None:
         """Make directory `path` an encryption zone under `key` (created in the cluster's key store)."""
         self.command("create_encryption_zone", path=path, key=key)

@@ -514,6 +514,10 @@ public final class Main {
             org.apache.hadoop.fs.permission.AclEntry.parseAclSpec(text(cmd, "spec"), true));
         break;
       case "remove_acl": fs().removeAcl(new Path(text(cmd, "path"))); break;
+      case "setxattr":
+        fs().setXAttr(new Path(text(cmd, "path")), text(cmd, "name"),
+            text(cmd, "value").getBytes(StandardCharsets.UTF_8));
+        break;
       case "set_ec_policy": {
         Path dir = new Path(text(cmd, "path"));
         String policy = text(cmd, "policy");

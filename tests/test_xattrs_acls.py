@@ -1,0 +1,109 @@
+"""HDFS's own extended attributes and ACLs through the real mount: user.* xattrs by getfattr and
+os.getxattr, ACLs as system.posix_acl_access / _default in the kernel's binary form."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+
+import pytest
+
+from hdfsfuse import acls
+from tests.conftest import random_bytes
+from tests.minidfs import MiniDfs
+
+
+def test_hdfs_user_xattrs_show_beside_ours(cluster: MiniDfs, data_dir: str, mount) -> None:  # type: ignore[no-untyped-def]
+    cluster.put_bytes(random_bytes(1000, seed=190), f"{data_dir}/f")
+    cluster.setxattr(f"{data_dir}/f", "user.color", "blue")
+    cluster.setxattr(f"{data_dir}/f", "user.empty", "")
+    cluster.setxattr(f"{data_dir}/f", "trusted.hidden", "x")  # another namespace: not shown
+    cluster.setxattr(data_dir, "user.owner-team", "storage")
+    m = mount(cluster)
+    f = m.path(f"{data_dir}/f")
+    assert set(os.listxattr(f)) == {"user.hdfs.replication", "user.hdfs.block_size", "user.hdfs.blocks",
+                                    "user.color", "user.empty"}
+    assert os.getxattr(f, "user.color") == b"blue"
+    assert os.getxattr(f, "user.empty") == b""
+    assert os.getxattr(m.path(data_dir), "user.owner-team") == b"storage"
+    assert os.listxattr(m.path(data_dir)) == ["user.owner-team"]
+    with pytest.raises(OSError) as e:
+        os.getxattr(f, "user.nope")
+    assert e.value.errno == errno.ENODATA
+    dump = subprocess.run(["getfattr", "-d", f], capture_output=True, text=True, check=True).stdout
+    assert 'user.color="blue"' in dump and "user.hdfs.replication=" in dump
+
+
+def test_acls_show_as_posix_acls(cluster: MiniDfs, data_dir: str, mount) -> None:  # type: ignore[no-untyped-def]
+    cluster.put_bytes(random_bytes(1000, seed=191), f"{data_dir}/f")
+    cluster.command("chmod", path=f"{data_dir}/f", mode="640")
+    cluster.command("set_acl", path=f"{data_dir}/f", spec="user:nobody:r--,group:daemon:rw-,user:no-such-user:rwx")
+    cluster.put_bytes(b"plain", f"{data_dir}/plain")  # before the default ACL: it inherits none
+    cluster.command("set_acl", path=data_dir, spec="default:user:nobody:r-x,default:group::r--")
+    m = mount(cluster)
+    f = m.path(f"{data_dir}/f")
+    assert "system.posix_acl_access" in os.listxattr(f)
+    got = acls.decode(os.getxattr(f, "system.posix_acl_access"))
+    nobody, daemon = 65534, 1
+    # Owner rw-, named user nobody r--, the group entry (r--), named group daemon rw-, mask = the
+    # group bits after setfacl (rw-: the union), other ---. The user with no local account is left out.
+    assert got == [(acls.USER_OBJ, 6, acls.UNDEFINED_ID), (acls.USER, 4, nobody),
+                   (acls.GROUP_OBJ, 4, acls.UNDEFINED_ID), (acls.GROUP, 6, daemon),
+                   (acls.MASK, 7, acls.UNDEFINED_ID), (acls.OTHER, 0, acls.UNDEFINED_ID)]
+    shown = subprocess.run(["getfacl", "-n", f], capture_output=True, text=True, check=True).stdout
+    for line in ("user::rw-", "user:65534:r--", "group::r--", "group:1:rw-", "mask::rwx", "other::---"):
+        assert line in shown.split(), shown
+    default = acls.decode(os.getxattr(m.path(data_dir), "system.posix_acl_default"))
+    assert (acls.USER, 5, nobody) in default and (acls.GROUP_OBJ, 4, acls.UNDEFINED_ID) in default
+    with pytest.raises(OSError) as e:
+        os.getxattr(m.path(f"{data_dir}/plain"), "system.posix_acl_access")  # permission bits only
+    assert e.value.errno == errno.ENODATA
+    assert "system.posix_acl_access" not in os.listxattr(m.path(f"{data_dir}/plain"))
+
+
+def test_the_kernel_enforces_hdfs_acls_under_default_permissions(cluster: MiniDfs, data_dir: str, mount) -> None:  # type: ignore[no-untyped-def]
+    data = cluster.put_bytes(random_bytes(3000, seed=192), f"{data_dir}/secret")
+    cluster.command("chown", path=f"{data_dir}/secret", owner="root", group="root")
+    cluster.command("chmod", path=f"{data_dir}/secret", mode="600")
+    cluster.put_bytes(b"also secret", f"{data_dir}/closed")
+    cluster.command("chown", path=f"{data_dir}/closed", owner="root", group="root")
+    cluster.command("chmod", path=f"{data_dir}/closed", mode="600")
+    cluster.command("set_acl", path=f"{data_dir}/secret", spec="user:nobody:r--")
+    m = mount(cluster, "allow_other")  # with the mount's identity: the kernel checks permissions
+
+    def read_as_nobody(path: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(["runuser", "-u", "nobody", "--", "cat", path], capture_output=True)
+
+    allowed = read_as_nobody(m.path(f"{data_dir}/secret"))  # mode 600, but the ACL grants nobody r--
+    assert allowed.returncode == 0 and allowed.stdout == data, allowed.stderr
+    denied = read_as_nobody(m.path(f"{data_dir}/closed"))  # mode 600 and no ACL
+    assert denied.returncode != 0 and b"Permission denied" in denied.stderr
+
+
+# ----- the pure conversion ---------------------------------------------------------------------
+
+def _status(perm: int, *entries: tuple[int, int, int, str]) -> object:
+    from hdfsfuse.proto import hdfs_pb2
+
+    st = hdfs_pb2.AclStatusProto(owner="o", group="g", sticky=False, permission=hdfs_pb2.FsPermissionProto(perm=perm))
+    for scope, kind, perm_bits, name in entries:
+        st.entries.add(scope=scope, type=kind, permissions=perm_bits, name=name)
+    return st
+
+
+def test_the_conversion_orders_entries_and_drops_unknown_names() -> None:
+    from hdfsfuse.proto import hdfs_pb2
+
+    e = hdfs_pb2.AclEntryProto
+    ids = {"ann": 1001, "bob": 1000, "ops": 50}.get
+    assert acls.access_acl(_status(0o644), ids, ids) is None  # permission bits only
+    st = _status(0o750, (e.ACCESS, e.USER, 4, "ann"), (e.ACCESS, e.GROUP, 1, "ops"), (e.ACCESS, e.USER, 6, "bob"),
+                 (e.ACCESS, e.USER, 7, "ghost"), (e.DEFAULT, e.OTHER, 0, ""))
+    assert acls.decode(acls.access_acl(st, ids, ids) or b"") == [
+        (acls.USER_OBJ, 7, acls.UNDEFINED_ID), (acls.USER, 6, 1000), (acls.USER, 4, 1001),
+        (acls.GROUP_OBJ, 5, acls.UNDEFINED_ID), (acls.GROUP, 1, 50), (acls.MASK, 5, acls.UNDEFINED_ID),
+        (acls.OTHER, 0, acls.UNDEFINED_ID)]  # no unnamed group entry: the group bits stand in
+    assert acls.decode(acls.default_acl(st, ids, ids) or b"") == [(acls.OTHER, 0, acls.UNDEFINED_ID)]
+    with pytest.raises(ValueError, match="version-2"):
+        acls.decode(b"\x01\x00\x00\x00")
