@@ -27,13 +27,13 @@ from contextlib import asynccontextmanager
 import trio
 from google.protobuf.message import DecodeError
 
-from hdfsfuse import dtp, ipc
+from hdfsfuse import dtp, filechecksum, ipc
 from hdfsfuse.blockcache import BlockCache, BlockKey
 from hdfsfuse.blockmap import BlockMap
 from hdfsfuse.cached_reads import CachedReads
 from hdfsfuse.concurrency import run_each
 from hdfsfuse.config import ClusterSettings, NameNodeTarget, load_hadoop_conf, resolve_uri
-from hdfsfuse.datanode import ConnectFailed, ConnectionPool, Timeouts, read_replica
+from hdfsfuse.datanode import ConnectFailed, ConnectionPool, Timeouts, block_op, read_replica
 from hdfsfuse.dnsecurity import DataTransferSecurity
 from hdfsfuse.erasure import EcPolicy, resolve_policy
 from hdfsfuse.errors import (
@@ -50,7 +50,7 @@ from hdfsfuse.hedging import HedgeTimer, Race
 from hdfsfuse.kerberos import KeytabLogin
 from hdfsfuse.namenode import FileStatus, LocatedBlock, NameNodeClient, resolve_user
 from hdfsfuse.planner import Piece, clamp
-from hdfsfuse.proto import hdfs_pb2, rpc_pb2
+from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.replicas import ReplicaPolicy
 from hdfsfuse.rpc import RpcConnection
 from hdfsfuse.security import Credentials, RpcAuth, SecurityOptions, keep_login_fresh
@@ -404,6 +404,55 @@ class HdfsClient:
         why = f"{path}: no DataNode gave the readable length of block {last.b.blockId}: {'; '.join(errors)}"
         log.warning("%s", why)
         return last.b.numBytes, why
+
+    # ----- facts without reading data ----------------------------------------------------------
+
+    async def file_checksum(self, file: HdfsFile) -> str:
+        """The file's COMPOSITE_CRC checksum (`COMPOSITE-CRC32C 0a1b2c3d`), from each block's
+        DataNode (OP_BLOCK_CHECKSUM): no data is read. See `hdfsfuse.filechecksum`."""
+        if file.ec_policy is not None:
+            raise NotSupported(f"{file.path}: checksums of erasure-coded files are not supported")
+        if file.under_construction:
+            raise NotSupported(f"{file.path}: the file is being written; its checksum is not final")
+        if file.length == 0:
+            return filechecksum.EMPTY_FILE
+        if file.map.first_gap(0, file.length) is not None:
+            await self._fill_gaps(file, 0, file.length)
+        crcs: list[tuple[int, int]] = []
+        kind = None
+        for piece in file.map.pieces(0, file.length):
+            crc, block_kind = await self._block_crc(file, piece)
+            if kind is not None and block_kind != kind:
+                raise NotSupported(f"{file.path}: its blocks use different checksum types; COMPOSITE_CRC "
+                                   "needs one")
+            kind = block_kind
+            crcs.append((crc, piece.length))
+        assert kind is not None
+        return filechecksum.describe(filechecksum.file_crc(crcs, kind), kind)
+
+    async def _block_crc(self, file: HdfsFile, piece: Piece) -> tuple[int, int]:
+        """(CRC, checksum type) of one block, from the first replica that answers."""
+        block = file.map.block_at(piece.block_start)
+        plan = file.block_plan(piece.block_start, self.client_name, self.settings.use_datanode_hostname)
+        request = filechecksum.encode_request(block.b, block.blockToken)
+        security = None if self.dn_security is None else self.dn_security.for_block(plan.token)
+        errors = []
+        for address, (_, description) in plan.replicas:
+            try:
+                raw = await block_op(address, request, description, self.options.timeouts, self.stats, security)
+                reply = datatransfer_pb2.BlockOpResponseProto.FromString(raw)
+            except (HdfsError, ProtocolError, DecodeError) as e:
+                errors.append(f"{address}: {e}")
+                continue
+            answer = reply.checksumResponse
+            if reply.status != datatransfer_pb2.SUCCESS or len(answer.blockChecksum) != 4:
+                message = reply.message.strip().splitlines()[0] if reply.message.strip() else ""
+                errors.append(f"{address}: {datatransfer_pb2.Status.Name(reply.status)} {message}".rstrip())
+                continue
+            if answer.crcType not in filechecksum.POLYNOMIALS:
+                raise NotSupported(f"{plan.what} has no CRC checksums (type {answer.crcType})")
+            return int.from_bytes(answer.blockChecksum, "big"), answer.crcType
+        raise BlockUnavailable(f"{plan.what}: no DataNode gave its checksum: {'; '.join(errors) or 'no replicas'}")
 
     # ----- reading ------------------------------------------------------------------------------
 

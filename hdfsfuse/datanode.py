@@ -26,7 +26,7 @@ from hdfsfuse import dtp
 from hdfsfuse.dtp_sasl import DataTransferSaslClient, DataTransferSaslError, StreamLayer, UnknownEncryptionKey
 from hdfsfuse.errors import ConnectionLost, RpcTimeout
 from hdfsfuse.stats import Stats
-from hdfsfuse.wire import NEED_DATA
+from hdfsfuse.wire import NEED_DATA, NeedData, read_delimited
 
 log = logging.getLogger(__name__)
 
@@ -342,3 +342,38 @@ async def read_replica(
         if keep is not None:
             keep.append(parser)
         return parser.output
+
+
+async def block_op(address: str, request: bytes, what: str, timeouts: Timeouts, stats: Stats,
+                   security: Security | None = None) -> bytes:
+    """One operation other than a read (OP_BLOCK_CHECKSUM) on a fresh connection, closed after.
+
+    Returns the DataNode's varint-delimited response body.
+    """
+    conn = await _connect(address, timeouts)
+    stats.dn_connects += 1
+    try:
+        if security is not None:
+            client = await security.handshake(address)
+            if client is not None:
+                await _negotiate(conn, client, timeouts)
+                stats.dn_sasl[client.layer_name] += 1
+        with trio.fail_after(timeouts.read):
+            await conn.send_all(request)
+            buf = bytearray()
+            while True:
+                try:
+                    raw, _ = read_delimited(buf, 0, dtp.MAX_RESPONSE_LEN)
+                    return bytes(raw)
+                except NeedData:
+                    pass
+                data = await conn.receive(65536)
+                if not data:
+                    raise ConnectionLost(f"DataNode {address} closed the connection before answering for {what}")
+                buf += data
+    except trio.TooSlowError:
+        raise DataNodeTimeout(f"DataNode {address} did not answer within {timeouts.read:g}s for {what}") from None
+    except OSError as e:
+        raise ConnectionLost(f"connection to DataNode {address} lost: {e}") from None
+    finally:
+        conn.close()

@@ -47,7 +47,8 @@ IS_DIR = hdfs_pb2.HdfsFileStatusProto.IS_DIR
 IS_SYMLINK = hdfs_pb2.HdfsFileStatusProto.IS_SYMLINK
 IS_FILE = hdfs_pb2.HdfsFileStatusProto.IS_FILE
 STATS_XATTR = b"user.hdfsfuse.stats"  # on the mount root: live stats as JSON
-FILE_XATTRS = (b"user.hdfs.replication", b"user.hdfs.block_size", b"user.hdfs.blocks")
+CHECKSUM_XATTR = b"user.hdfs.checksum"  # computed on demand by the DataNodes (no data read)
+FILE_XATTRS = (b"user.hdfs.replication", b"user.hdfs.block_size", b"user.hdfs.blocks", CHECKSUM_XATTR)
 EC_XATTR = b"user.hdfs.ec_policy"  # files and directories with an erasure-coding policy
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 NEGATIVE_CACHE_MAX = 10_000  # remembered missing names, at most
@@ -484,6 +485,9 @@ class HdfsOperations(pyfuse3.Operations):
                 return str(st.block_replication).encode()
             if name == b"user.hdfs.block_size":
                 return str(st.blocksize).encode()
+            if name == CHECKSUM_XATTR:
+                file = await self.client.open(entry.nn_path, namenode=self._nn(ctx))
+                return (await self.client.file_checksum(file)).encode()
             window = 10 * (st.blocksize or 128 * 1024 * 1024)
             return await self._blocks_xattr(self._nn(ctx), entry.nn_path, entry.shown, window)
 

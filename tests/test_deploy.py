@@ -174,7 +174,8 @@ def test_hdfs_xattrs(cluster: MiniDfs, shared_mount, data_dir: str) -> None:  # 
     out = subprocess.run(["getfattr", "-d", "--absolute-names", path], capture_output=True, text=True, check=True)
     assert 'user.hdfs.replication="2"' in out.stdout
     assert f'user.hdfs.block_size="{MiB}"' in out.stdout
-    assert set(os.listxattr(path)) == {"user.hdfs.replication", "user.hdfs.block_size", "user.hdfs.blocks"}
+    assert set(os.listxattr(path)) == {"user.hdfs.replication", "user.hdfs.block_size", "user.hdfs.blocks",
+                                       "user.hdfs.checksum"}
     blocks = json.loads(os.getxattr(path, "user.hdfs.blocks"))
     java = cluster.blocks(f"{data_dir}/x")
     assert [(b["offset"], b["length"]) for b in blocks] == [(j["offset"], j["length"]) for j in java]

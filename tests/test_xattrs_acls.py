@@ -23,7 +23,7 @@ def test_hdfs_user_xattrs_show_beside_ours(cluster: MiniDfs, data_dir: str, moun
     m = mount(cluster)
     f = m.path(f"{data_dir}/f")
     assert set(os.listxattr(f)) == {"user.hdfs.replication", "user.hdfs.block_size", "user.hdfs.blocks",
-                                    "user.color", "user.empty"}
+                                    "user.hdfs.checksum", "user.color", "user.empty"}
     assert os.getxattr(f, "user.color") == b"blue"
     assert os.getxattr(f, "user.empty") == b""
     assert os.getxattr(m.path(data_dir), "user.owner-team") == b"storage"
@@ -107,3 +107,19 @@ def test_the_conversion_orders_entries_and_drops_unknown_names() -> None:
     assert acls.decode(acls.default_acl(st, ids, ids) or b"") == [(acls.OTHER, 0, acls.UNDEFINED_ID)]
     with pytest.raises(ValueError, match="version-2"):
         acls.decode(b"\x01\x00\x00\x00")
+
+
+@pytest.mark.parametrize(("size", "block_size"), [(0, 1 << 20), (100, 1 << 20), (3 * (1 << 20), 1 << 20),
+                                                  (2_500_001, 256 * 1024), (777_777, 65536)])
+def test_the_file_checksum_matches_javas_composite_crc(cluster: MiniDfs, data_dir: str, shared_mount,  # type: ignore[no-untyped-def]
+                                                       size: int, block_size: int) -> None:
+    import google_crc32c
+
+    data = cluster.put_bytes(random_bytes(size, seed=size), f"{data_dir}/f", block_size=block_size)
+    java = cluster.command("file_checksum", path=f"{data_dir}/f")
+    ours = os.getxattr(shared_mount.path(f"{data_dir}/f"), "user.hdfs.checksum").decode()
+    assert ours == f"{java['algorithm']} {java['bytes']}"
+    if size:
+        assert ours == f"COMPOSITE-CRC32C {google_crc32c.value(data):08x}"  # the CRC of the whole file
+    blocks = len(cluster.blocks(f"{data_dir}/f"))
+    assert blocks == -(-size // block_size)

@@ -514,6 +514,24 @@ public final class Main {
             org.apache.hadoop.fs.permission.AclEntry.parseAclSpec(text(cmd, "spec"), true));
         break;
       case "remove_acl": fs().removeAcl(new Path(text(cmd, "path"))); break;
+      case "file_checksum": {
+        // What `hdfs dfs -checksum` prints with dfs.checksum.combine.mode=COMPOSITE_CRC.
+        Configuration c = new Configuration(conf);
+        c.set("dfs.checksum.combine.mode", "COMPOSITE_CRC");
+        try (org.apache.hadoop.fs.FileSystem fs = org.apache.hadoop.fs.FileSystem.newInstance(
+            new java.net.URI(fsUri()), c)) {
+          org.apache.hadoop.fs.FileChecksum sum = fs.getFileChecksum(new Path(text(cmd, "path")));
+          r.put("algorithm", sum == null ? null : sum.getAlgorithmName());
+          StringBuilder hex = new StringBuilder();
+          if (sum != null) {
+            for (byte x : sum.getBytes()) {
+              hex.append(String.format("%02x", x));
+            }
+          }
+          r.put("bytes", hex.toString());
+        }
+        break;
+      }
       case "setxattr":
         fs().setXAttr(new Path(text(cmd, "path")), text(cmd, "name"),
             text(cmd, "value").getBytes(StandardCharsets.UTF_8));
