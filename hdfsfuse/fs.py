@@ -456,10 +456,10 @@ class HdfsOperations(pyfuse3.Operations):
         async with self._request("listxattr", entry.shown):
             st = await self._status(inode, ctx)
             hdfs_names = await xattrs.names(self._nn(ctx), entry.nn_path, st)
-        names = list(FILE_XATTRS) if st.fileType == IS_FILE else []
+        names = (list(FILE_XATTRS) if st.fileType == IS_FILE else []) + xattrs.facts_for(st)
         if st.HasField("ecPolicy"):
             names.append(EC_XATTR)
-        return names + [n for n in hdfs_names if n not in FILE_XATTRS and n != EC_XATTR]
+        return names + [n for n in hdfs_names if n not in names]
 
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         if name == EC_XATTR:
@@ -471,6 +471,8 @@ class HdfsOperations(pyfuse3.Operations):
         if name not in FILE_XATTRS:
             if inode == pyfuse3.ROOT_INODE and name == STATS_XATTR:
                 return json.dumps(self.stats_snapshot()).encode()
+            if name in xattrs.FACTS:
+                return await self._fact(inode, name, ctx)
             if name.startswith(b"user.") or name in xattrs.ACL_NAMES:
                 return await self._hdfs_xattr(inode, name, ctx)
             # No security labels here. EOPNOTSUPP (not ENODATA) lets tools like `ls -l`
@@ -490,6 +492,16 @@ class HdfsOperations(pyfuse3.Operations):
                 return (await self.client.file_checksum(file)).encode()
             window = 10 * (st.blocksize or 128 * 1024 * 1024)
             return await self._blocks_xattr(self._nn(ctx), entry.nn_path, entry.shown, window)
+
+    async def _fact(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        """A fact the NameNode computes (content summary, storage policy); ENODATA where none."""
+        entry = self._entry(inode)
+        async with self._request("getxattr", entry.shown):
+            st = await self._status(inode, ctx)
+            value = await xattrs.fact_value(self._nn(ctx), entry.nn_path, st, name)
+        if value is None:
+            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+        return value
 
     async def _hdfs_xattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         """An HDFS user xattr or an ACL (`hdfsfuse.xattrs`); ENODATA when there is none."""

@@ -250,6 +250,17 @@ class NameNodeClient:
                             hdfs_pb2.GetAclStatusResponseProto)
         return r.result
 
+    async def get_content_summary(self, path: str) -> hdfs_pb2.ContentSummaryProto:
+        r = await self.call("getContentSummary", hdfs_pb2.GetContentSummaryRequestProto(path=path),
+                            hdfs_pb2.GetContentSummaryResponseProto)
+        return r.summary
+
+    async def get_storage_policy(self, path: str) -> hdfs_pb2.BlockStoragePolicyProto:
+        """The storage policy in effect for `path` (its own, or inherited)."""
+        r = await self.call("getStoragePolicy", hdfs_pb2.GetStoragePolicyRequestProto(path=path),
+                            hdfs_pb2.GetStoragePolicyResponseProto)
+        return r.storagePolicy
+
     async def get_server_defaults(self) -> hdfs_pb2.FsServerDefaultsProto:
         if self._server_defaults is None:
             r = await self.call("getServerDefaults", hdfs_pb2.GetServerDefaultsRequestProto(),

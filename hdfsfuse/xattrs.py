@@ -7,9 +7,13 @@ Does I/O (NameNode calls, as the caller). The mount's own `user.hdfs.*` attribut
   value). Other HDFS namespaces (trusted, security, system, raw) are not shown.
 - `system.posix_acl_access` / `system.posix_acl_default`: built from getAclStatus, asked only of
   files whose status has the HAS_ACL flag (the rest have their permission bits only).
+- `user.hdfs.content_summary` (directories; JSON from getContentSummary: sizes, counts, quotas,
+  so `du`-like answers need no tree walk) and `user.hdfs.storage_policy` (the policy in effect).
 """
 
 from __future__ import annotations
+
+import json
 
 from hdfsfuse import acls
 from hdfsfuse.namenode import FileStatus, NameNodeClient
@@ -19,6 +23,37 @@ USER = hdfs_pb2.XAttrProto.USER
 HAS_ACL = hdfs_pb2.HdfsFileStatusProto.HAS_ACL
 IS_DIR = hdfs_pb2.HdfsFileStatusProto.IS_DIR
 ACL_NAMES = (acls.ACCESS_XATTR, acls.DEFAULT_XATTR)
+CONTENT_SUMMARY = b"user.hdfs.content_summary"
+STORAGE_POLICY = b"user.hdfs.storage_policy"
+FACTS = (CONTENT_SUMMARY, STORAGE_POLICY)
+
+
+def _signed(value: int) -> int:
+    """Quotas travel as uint64; Hadoop's -1 (no quota) arrives as 2^64 - 1."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def facts_for(st: FileStatus) -> list[bytes]:
+    """Which of the computed facts a file or directory has."""
+    return list(FACTS) if st.fileType == IS_DIR else [STORAGE_POLICY]
+
+
+async def fact_value(nn: NameNodeClient, nn_path: str, st: FileStatus, name: bytes) -> bytes | None:
+    """A computed fact (content summary, storage policy), or None when it does not apply."""
+    if name == STORAGE_POLICY:
+        return (await nn.get_storage_policy(nn_path)).name.encode()
+    if st.fileType != IS_DIR:
+        return None
+    cs = await nn.get_content_summary(nn_path)
+    summary: dict[str, object] = {
+        "length": cs.length, "files": cs.fileCount, "directories": cs.directoryCount,
+        "quota": _signed(cs.quota), "space_consumed": cs.spaceConsumed, "space_quota": _signed(cs.spaceQuota),
+        "type_quotas": {hdfs_pb2.StorageTypeProto.Name(t.type): {"quota": _signed(t.quota), "consumed": t.consumed}
+                        for t in cs.typeQuotaInfos.typeQuotaInfo if _signed(t.quota) >= 0},  # the types with one
+    }
+    if cs.erasureCodingPolicy:
+        summary["erasure_coding_policy"] = cs.erasureCodingPolicy
+    return json.dumps(summary).encode()
 
 
 async def names(nn: NameNodeClient, nn_path: str, st: FileStatus) -> list[bytes]:

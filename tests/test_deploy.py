@@ -175,14 +175,14 @@ def test_hdfs_xattrs(cluster: MiniDfs, shared_mount, data_dir: str) -> None:  # 
     assert 'user.hdfs.replication="2"' in out.stdout
     assert f'user.hdfs.block_size="{MiB}"' in out.stdout
     assert set(os.listxattr(path)) == {"user.hdfs.replication", "user.hdfs.block_size", "user.hdfs.blocks",
-                                       "user.hdfs.checksum"}
+                                       "user.hdfs.checksum", "user.hdfs.storage_policy"}
     blocks = json.loads(os.getxattr(path, "user.hdfs.blocks"))
     java = cluster.blocks(f"{data_dir}/x")
     assert [(b["offset"], b["length"]) for b in blocks] == [(j["offset"], j["length"]) for j in java]
     assert all(len(b["hosts"]) == 2 for b in blocks)
     with pytest.raises(OSError):
         os.getxattr(path, "user.hdfs.nonexistent")
-    assert os.listxattr(shared_mount.path(data_dir)) == []
+    assert os.listxattr(shared_mount.path(data_dir)) == ["user.hdfs.content_summary", "user.hdfs.storage_policy"]
 
 
 def test_stats_xattr_is_only_on_the_root(cluster: MiniDfs, shared_mount, data_dir: str) -> None:  # type: ignore[no-untyped-def]

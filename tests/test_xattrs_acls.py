@@ -23,11 +23,12 @@ def test_hdfs_user_xattrs_show_beside_ours(cluster: MiniDfs, data_dir: str, moun
     m = mount(cluster)
     f = m.path(f"{data_dir}/f")
     assert set(os.listxattr(f)) == {"user.hdfs.replication", "user.hdfs.block_size", "user.hdfs.blocks",
-                                    "user.hdfs.checksum", "user.color", "user.empty"}
+                                    "user.hdfs.checksum", "user.hdfs.storage_policy", "user.color", "user.empty"}
     assert os.getxattr(f, "user.color") == b"blue"
     assert os.getxattr(f, "user.empty") == b""
     assert os.getxattr(m.path(data_dir), "user.owner-team") == b"storage"
-    assert os.listxattr(m.path(data_dir)) == ["user.owner-team"]
+    assert os.listxattr(m.path(data_dir)) == ["user.hdfs.content_summary", "user.hdfs.storage_policy",
+                                              "user.owner-team"]
     with pytest.raises(OSError) as e:
         os.getxattr(f, "user.nope")
     assert e.value.errno == errno.ENODATA
@@ -123,3 +124,24 @@ def test_the_file_checksum_matches_javas_composite_crc(cluster: MiniDfs, data_di
         assert ours == f"COMPOSITE-CRC32C {google_crc32c.value(data):08x}"  # the CRC of the whole file
     blocks = len(cluster.blocks(f"{data_dir}/f"))
     assert blocks == -(-size // block_size)
+
+
+def test_content_summaries_quotas_and_storage_policies(cluster: MiniDfs, data_dir: str, shared_mount) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    cluster.mkdir(f"{data_dir}/sub")
+    cluster.put_bytes(random_bytes(1000, seed=193), f"{data_dir}/a", replication=2)
+    cluster.put_bytes(random_bytes(2 * (1 << 20) + 1, seed=194), f"{data_dir}/sub/b", replication=3)
+    cluster.command("set_quota", path=f"{data_dir}/sub", ns=100, space=64 << 20)
+    cluster.command("set_storage_policy", path=f"{data_dir}/sub", policy="COLD")
+    summary = json.loads(os.getxattr(shared_mount.path(data_dir), "user.hdfs.content_summary"))
+    length = 1000 + 2 * (1 << 20) + 1
+    assert summary == {"length": length, "files": 2, "directories": 2, "quota": -1,
+                       "space_consumed": 1000 * 2 + (2 * (1 << 20) + 1) * 3, "space_quota": -1, "type_quotas": {}}
+    sub = json.loads(os.getxattr(shared_mount.path(f"{data_dir}/sub"), "user.hdfs.content_summary"))
+    assert (sub["quota"], sub["space_quota"], sub["files"], sub["directories"]) == (100, 64 << 20, 1, 1)
+    assert os.getxattr(shared_mount.path(f"{data_dir}/sub/b"), "user.hdfs.storage_policy") == b"COLD"  # inherited
+    assert os.getxattr(shared_mount.path(f"{data_dir}/a"), "user.hdfs.storage_policy") == b"HOT"  # the default
+    with pytest.raises(OSError) as e:
+        os.getxattr(shared_mount.path(f"{data_dir}/a"), "user.hdfs.content_summary")  # files have none
+    assert e.value.errno == errno.ENODATA

@@ -532,6 +532,12 @@ public final class Main {
         }
         break;
       }
+      case "set_quota":
+        fs().setQuota(new Path(text(cmd, "path")), cmd.get("ns").asLong(), cmd.get("space").asLong());
+        break;
+      case "set_storage_policy":
+        fs().setStoragePolicy(new Path(text(cmd, "path")), text(cmd, "policy"));
+        break;
       case "setxattr":
         fs().setXAttr(new Path(text(cmd, "path")), text(cmd, "name"),
             text(cmd, "value").getBytes(StandardCharsets.UTF_8));
