@@ -269,6 +269,7 @@ class HdfsClient:
         """
         namenode = namenode or self.namenode
         lookup = locate_path(path, file_id)
+        await namenode.sync_for_open()
         status = await namenode.get_file_info(lookup)
         if status is None:
             raise FileNotFound(f"{path}: no such file")

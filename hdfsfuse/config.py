@@ -112,6 +112,7 @@ class NameNodeTarget:
     addresses: tuple[tuple[str, int], ...]
     path: str
     settings: ClusterSettings = dataclasses.field(default_factory=ClusterSettings)
+    observer_reads: bool = False  # the nameservice's proxy provider is ObserverReadProxyProvider
 
     @property
     def ha(self) -> bool:
@@ -180,7 +181,7 @@ def resolve_uri(uri: str, conf: dict[str, str]) -> NameNodeTarget:
         if not default_fs:
             raise ConfigError(f"{uri!r} names no NameNode and fs.defaultFS is not configured")
         base = resolve_uri(default_fs, conf)
-        return NameNodeTarget(base.label, base.addresses, path, base.settings)
+        return dataclasses.replace(base, path=path)
 
     host = parts.hostname or ""
     if not host:
@@ -188,7 +189,9 @@ def resolve_uri(uri: str, conf: dict[str, str]) -> NameNodeTarget:
     if netloc_port is None:
         ns_addrs = _nameservice_addresses(host, conf)
         if ns_addrs is not None:
-            return NameNodeTarget(host, ns_addrs, path, ClusterSettings.from_conf(conf))
+            provider = conf.get(f"dfs.client.failover.proxy.provider.{host}", "").strip()
+            return NameNodeTarget(host, ns_addrs, path, ClusterSettings.from_conf(conf),
+                                  observer_reads=provider.endswith(".ObserverReadProxyProvider"))
         port = DEFAULT_PORT
     else:
         if not 0 < netloc_port < 65536:

@@ -437,7 +437,10 @@ class HdfsOperations(pyfuse3.Operations):
         for nn in self.identities.clients:
             calls.update(nn.calls)
         failovers = sum(nn.failovers for nn in self.identities.clients)
-        return snapshot(self.stats, calls, failovers, self.client.replicas.snapshot())
+        roles: collections.Counter[str] = collections.Counter()
+        for nn in self.identities.clients:
+            roles.update(nn.calls_by_role)
+        return snapshot(self.stats, calls, failovers, self.client.replicas.snapshot(), roles)
 
     async def _status(self, inode: int, ctx: pyfuse3.RequestContext) -> FileStatus:
         cached = self._attrs.get(inode)

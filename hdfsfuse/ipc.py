@@ -63,14 +63,17 @@ FATAL = rpc_pb2.RpcResponseHeaderProto.FATAL
 _U32 = struct.Struct(">I")
 
 
-def _request_header(call_id: int, client_id: bytes, retry_count: int) -> bytes:
-    return rpc_pb2.RpcRequestHeaderProto(
+def _request_header(call_id: int, client_id: bytes, retry_count: int, state_id: int | None = None) -> bytes:
+    header = rpc_pb2.RpcRequestHeaderProto(
         rpcKind=rpc_pb2.RPC_PROTOCOL_BUFFER,
         rpcOp=rpc_pb2.RpcRequestHeaderProto.RPC_FINAL_PACKET,
         callId=call_id,
         clientId=client_id,
         retryCount=retry_count,
-    ).SerializeToString()
+    )
+    if state_id is not None:
+        header.stateId = state_id
+    return header.SerializeToString()
 
 
 def _frame(*parts: bytes) -> bytes:
@@ -106,15 +109,18 @@ def encode_wrapped(data: bytes, wrap: Callable[[bytes], bytes]) -> bytes:
 
 def encode_call(
     call_id: int, client_id: bytes, method: str, request: bytes, protocol: str = CLIENT_PROTOCOL,
-    retry_count: int = 0,
+    retry_count: int = 0, state_id: int | None = None,
 ) -> bytes:
-    """One call frame: RPC header, method header, serialized request message."""
+    """One call frame: RPC header, method header, serialized request message.
+
+    `state_id`: the client's last seen NameNode state (observer reads); an observer answers only
+    once it has applied that transaction."""
     if call_id < 0:
         raise ValueError("normal calls use non-negative call ids")
     method_header = rpc_pb2.RequestHeaderProto(
         methodName=method, declaringClassProtocolName=protocol, clientProtocolVersion=PROTOCOL_VERSION
     ).SerializeToString()
-    return _frame(_request_header(call_id, client_id, retry_count), method_header, request)
+    return _frame(_request_header(call_id, client_id, retry_count, state_id), method_header, request)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -127,6 +133,7 @@ class RpcResponse:
     exception_class: str = ""
     error_msg: str = ""
     error_detail: int = 0
+    state_id: int | None = None  # the server's state (with dfs.namenode.state.context.enabled)
 
     @property
     def fatal(self) -> bool:
@@ -201,6 +208,7 @@ def _parse_frame(frame: memoryview) -> RpcResponse:
         exception_class=header.exceptionClassName,
         error_msg=header.errorMsg,
         error_detail=header.errorDetail,
+        state_id=header.stateId if header.HasField("stateId") else None,
     )
 
 

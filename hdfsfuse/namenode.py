@@ -35,8 +35,9 @@ from hdfsfuse.errors import (
     RpcTimeout,
     StandbyNameNode,
 )
+from hdfsfuse.observers import COORDINATED_READS, ObserverReads
 from hdfsfuse.proto import hdfs_pb2
-from hdfsfuse.rpc import RpcConnection
+from hdfsfuse.rpc import RpcConnection, StateAlignment
 from hdfsfuse.security import RpcAuth
 from hdfsfuse.wire import ProtocolError
 
@@ -76,13 +77,17 @@ class NameNodeClient:
         self.call_timeout = call_timeout
         self.total_timeout = total_timeout
         self.connect_timeout = connect_timeout
+        alignment = StateAlignment() if target.observer_reads else None
         self._conns = [
-            RpcConnection(host, port, auth=self.auth, nursery=nursery, connect_timeout=connect_timeout)
+            RpcConnection(host, port, auth=self.auth, nursery=nursery, connect_timeout=connect_timeout,
+                          alignment=alignment)
             for host, port in target.addresses
         ]
+        self.observers = ObserverReads(self._conns, self._msync) if target.observer_reads else None
         self._active = 0
         self._server_defaults: hdfs_pb2.FsServerDefaultsProto | None = None
         self.calls: collections.Counter[str] = collections.Counter()
+        self.calls_by_role: collections.Counter[str] = collections.Counter()  # "observer" / "active"
         self.failovers = 0
 
     @classmethod
@@ -125,6 +130,12 @@ class NameNodeClient:
         """Call `method` on the active NameNode, failing over and retrying within the bound."""
         payload = request.SerializeToString()
         deadline = trio.current_time() + self.total_timeout
+        if self.observers is not None and method in COORDINATED_READS:
+            body = await self.observers.read(method, payload, min(self.call_timeout, self.total_timeout))
+            if body is not None:
+                self.calls[method] += 1
+                self.calls_by_role["observer"] += 1
+                return self._parse(method, body, response_type, "an observer")
         tried: dict[str, str] = {}
         failures_this_round = 0
         backoff = 0.05
@@ -140,6 +151,7 @@ class NameNodeClient:
             conn = self._conns[index]
             try:
                 self.calls[method] += 1
+                self.calls_by_role["active"] += 1
                 body = await conn.call(method, payload, timeout=min(self.call_timeout, remaining))
             except AuthenticationRequired:
                 raise
@@ -159,12 +171,25 @@ class NameNodeClient:
                 await trio.sleep(min(backoff, max(0.0, deadline - trio.current_time())))
                 backoff = min(backoff * 2, 2.0)
                 continue
-            response = response_type()
-            try:
-                response.ParseFromString(body)
-            except DecodeError as e:
-                raise ProtocolError(f"{method}: bad response from {conn.address}: {e}") from None
-            return response
+            return self._parse(method, body, response_type, conn.address)
+
+    @staticmethod
+    def _parse(method: str, body: bytes, response_type: type[M], source: str) -> M:
+        response = response_type()
+        try:
+            response.ParseFromString(body)
+        except DecodeError as e:
+            raise ProtocolError(f"{method}: bad response from {source}: {e}") from None
+        return response
+
+    async def _msync(self) -> None:
+        """Learn the active's state id before reading from an observer."""
+        try:
+            await self.call("msync", hdfs_pb2.MsyncRequestProto(), hdfs_pb2.MsyncResponseProto)
+        except HdfsError as e:
+            if "NoSuchMethod" not in e.java_class and "UnsupportedOperation" not in e.java_class:
+                raise
+            log.info("the NameNode has no msync (%s); observer reads rely on the state ids of other calls", e)
 
     def _failover(self, failed_index: int, why: Exception) -> None:
         if self._active == failed_index:
@@ -178,14 +203,28 @@ class NameNodeClient:
     # ----- typed methods ------------------------------------------------------------------------
 
     async def get_file_info(self, path: str) -> FileStatus | None:
-        r = await self.call("getFileInfo", hdfs_pb2.GetFileInfoRequestProto(src=path),
-                            hdfs_pb2.GetFileInfoResponseProto)
-        return r.fs if r.HasField("fs") else None
+        return await self._status("getFileInfo", hdfs_pb2.GetFileInfoRequestProto(src=path),
+                                  hdfs_pb2.GetFileInfoResponseProto)
 
     async def get_file_link_info(self, path: str) -> FileStatus | None:
-        r = await self.call("getFileLinkInfo", hdfs_pb2.GetFileLinkInfoRequestProto(src=path),
-                            hdfs_pb2.GetFileLinkInfoResponseProto)
+        return await self._status("getFileLinkInfo", hdfs_pb2.GetFileLinkInfoRequestProto(src=path),
+                                  hdfs_pb2.GetFileLinkInfoResponseProto)
+
+    async def _status(
+        self, method: str, request: Message,
+        response_type: type[hdfs_pb2.GetFileInfoResponseProto] | type[hdfs_pb2.GetFileLinkInfoResponseProto],
+    ) -> FileStatus | None:
+        r = await self.call(method, request, response_type)
+        if not r.HasField("fs") and self.observers is not None:
+            # An observer may not have applied another client's create yet: msync, ask again.
+            await self.observers.sync()
+            r = await self.call(method, request, response_type)
         return r.fs if r.HasField("fs") else None
+
+    async def sync_for_open(self) -> None:
+        """Close-to-open consistency with observer reads: see every write made before this open."""
+        if self.observers is not None:
+            await self.observers.sync()
 
     async def get_listing_page(self, path: str, start_after: bytes = b"") -> hdfs_pb2.DirectoryListingProto:
         r = await self.call(

@@ -86,6 +86,24 @@ class _Link:
         self.pending.clear()
 
 
+class StateAlignment:
+    """The highest NameNode state id seen on any connection to one nameservice (observer reads).
+
+    Sent on every call once known, so an observer never answers from a state older than what
+    this client has already seen; updated from successful responses only, as Java's
+    ClientGSIContext does.
+    """
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last: int | None = None
+
+    def seen(self, state_id: int) -> None:
+        if self.last is None or state_id > self.last:
+            self.last = state_id
+
+
 class RpcConnection:
     def __init__(
         self,
@@ -98,6 +116,7 @@ class RpcConnection:
         client_id: bytes | None = None,
         connect_timeout: float = 10.0,
         max_frame: int = ipc.DEFAULT_MAX_FRAME,
+        alignment: StateAlignment | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -107,6 +126,7 @@ class RpcConnection:
         self.connect_timeout = connect_timeout
         self.max_frame = max_frame
         self.qop = ""  # the negotiated SASL quality of protection ("" = SIMPLE)
+        self.alignment = alignment  # observer reads: the state ids shared by a nameservice's connections
         self._nursery = nursery
         self._link: _Link | None = None
         self._connect_lock = trio.Lock()
@@ -316,6 +336,8 @@ class RpcConnection:
                 continue  # a call that gave up (deadline) before its answer came
             if resp.status == ipc.SUCCESS:
                 slot.body = resp.body
+                if self.alignment is not None and resp.state_id is not None:
+                    self.alignment.seen(resp.state_id)
             else:
                 slot.error = from_remote(resp.exception_class, resp.error_msg)
             slot.event.set()
@@ -329,7 +351,8 @@ class RpcConnection:
             with trio.fail_after(timeout):
                 link = await self._connected()
                 call_id = next(self._call_ids) & 0x7FFFFFFF
-                frame = ipc.encode_call(call_id, self.client_id, method, request, self.protocol)
+                state = None if self.alignment is None else self.alignment.last
+                frame = ipc.encode_call(call_id, self.client_id, method, request, self.protocol, state_id=state)
                 link.pending[call_id] = slot
                 async with self._send_lock:
                     try:

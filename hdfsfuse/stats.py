@@ -48,7 +48,8 @@ class Stats:
 
 
 def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failovers: int,
-             datanode_latency_ms: dict[str, float] | None = None) -> dict[str, object]:
+             datanode_latency_ms: dict[str, float] | None = None,
+             rpcs_by_role: collections.Counter[str] | None = None) -> dict[str, object]:
     """Everything `hdfsfuse stats` shows, as plain JSON-able data."""
     return {
         "uptime_seconds": round(stats.uptime, 3),
@@ -79,6 +80,7 @@ def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failove
         "files_changed": stats.files_changed,
         "namenode_failovers": namenode_failovers,
         "namenode_rpcs": dict(sorted(rpc_calls.items())),
+        "namenode_rpcs_by_role": dict(sorted((rpcs_by_role or collections.Counter()).items())),
         "cache_hits": dict(sorted(stats.cache_hits.items())),
         "cache_misses": dict(sorted(stats.cache_misses.items())),
         "datanode_latency_ms": dict(datanode_latency_ms or {}),
@@ -114,12 +116,13 @@ _HELP = {
     "files_changed": "Reads refused because the open file was replaced, truncated or deleted.",
     "namenode_failovers": "Switches to another NameNode.",
     "namenode_rpcs": "NameNode RPCs by method.",
+    "namenode_rpcs_by_role": "NameNode RPCs answered by the active NameNode and by observers.",
     "cache_hits": "Cache hits by cache.",
     "cache_misses": "Cache misses by cache.",
     "datanode_latency_ms": "Each DataNode's recent expected time for a 4 KiB read (milliseconds).",
 }
 _GAUGES = ("uptime_seconds", "amplification", "datanode_latency_ms", "block_cache_used_bytes")
-_LABELS = {"namenode_rpcs": "method", "cache_hits": "cache", "cache_misses": "cache",
+_LABELS = {"namenode_rpcs": "method", "namenode_rpcs_by_role": "role", "cache_hits": "cache", "cache_misses": "cache",
            "datanode_latency_ms": "datanode", "datanode_sasl_handshakes": "layer"}
 
 

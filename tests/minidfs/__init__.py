@@ -83,6 +83,7 @@ class ClusterOptions:
     checksum_type: str = "CRC32C"
     bytes_per_checksum: int = 512
     ha: bool = False
+    observer: bool = False  # an HA pair plus an observer NameNode (implies ha)
     block_tokens: bool = False
     permissions: bool = False
     datanode_hostname: str = "127.0.0.1"
@@ -105,7 +106,7 @@ class ClusterOptions:
             "--checksum-type", self.checksum_type,
             "--bytes-per-checksum", str(self.bytes_per_checksum),
         ]
-        args += ["--ha"] if self.ha else []
+        args += ["--observer"] if self.observer else ["--ha"] if self.ha else []
         args += ["--block-tokens"] if self.block_tokens else []
         args += ["--permissions"] if self.permissions else []
         args += ["--datanode-hostname", self.datanode_hostname]

@@ -21,6 +21,8 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
     p.add_argument("--checksum-type", choices=["CRC32C", "CRC32", "NULL"], default="CRC32C")
     p.add_argument("--bytes-per-checksum", type=int, default=512)
     p.add_argument("--ha", action="store_true", help="two NameNodes in one nameservice")
+    p.add_argument("--observer", action="store_true",
+                   help="an HA pair plus one observer NameNode, with fast edit tailing (implies --ha)")
     p.add_argument("--block-tokens", action="store_true")
     p.add_argument("--permissions", action="store_true")
     p.add_argument("--datanode-hostname", default="127.0.0.1")
@@ -43,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
     return ClusterOptions(
         datanodes=a.datanodes, block_size=a.block_size, replication=a.replication,
         checksum_type=a.checksum_type, bytes_per_checksum=a.bytes_per_checksum,
-        ha=a.ha, block_tokens=a.block_tokens, permissions=a.permissions,
+        ha=a.ha or a.observer, observer=a.observer, block_tokens=a.block_tokens, permissions=a.permissions,
         datanode_hostname=a.datanode_hostname, kerberos=a.kerberos, rpc_protection=a.rpc_protection,
         data_transfer_protection=a.data_transfer_protection, encrypt_data_transfer=a.encrypt_data_transfer,
         ticket_lifetime=a.ticket_lifetime, proxy_user=a.proxy_user, io_file_buffer_size=a.io_file_buffer_size,

@@ -67,6 +67,7 @@ public final class Main {
     String checksumType = "CRC32C";
     int bytesPerChecksum = 512;
     boolean ha = false;
+    boolean observer = false;  // with ha: a third NameNode, an observer (HDFS-12943)
     boolean blockTokens = false;
     boolean permissions = false;
     String baseDir = "target/minidfs";
@@ -93,6 +94,7 @@ public final class Main {
           case "--base-dir": o.baseDir = v; i++; break;
           case "--datanode-hostname": o.datanodeHostname = v; i++; break;
           case "--ha": o.ha = true; break;
+          case "--observer": o.ha = true; o.observer = true; break;
           case "--block-tokens": o.blockTokens = true; break;
           case "--permissions": o.permissions = true; break;
           case "--resource-dir": o.resourceDir = v; i++; break;
@@ -197,17 +199,28 @@ public final class Main {
     if (secure != null) {
       secure.configure(conf, new File(opts.resourceDir));
     }
+    if (opts.observer) {
+      // Observer reads (hdfs-observer-reads.md, recipe B): state ids on every response, fast
+      // tailing of in-progress edits, and no atime updates that would send opens to the active.
+      conf.setBoolean("dfs.namenode.state.context.enabled", true);
+      conf.setBoolean("dfs.ha.tail-edits.in-progress", true);
+      conf.set("dfs.ha.tail-edits.period", "10ms");
+      conf.setLong("dfs.namenode.accesstime.precision", 0);
+    }
 
     MiniDFSCluster.Builder b = new MiniDFSCluster.Builder(conf).numDataNodes(opts.datanodes)
         .checkDataNodeHostConfig(true);  // keep our dfs.datanode.hostname
     if (opts.ha) {
-      b.nnTopology(MiniDFSNNTopology.simpleHATopology());
+      b.nnTopology(MiniDFSNNTopology.simpleHATopology(nnCount()));
     }
     // Symlinks are off by default in Hadoop 2+; tests need them.
     org.apache.hadoop.fs.FileSystem.enableSymlinks();
     cluster = b.build();
     if (opts.ha) {
       cluster.transitionToActive(0);
+    }
+    if (opts.observer) {
+      cluster.transitionToObserver(2);
     }
     cluster.waitActive();
     if (secure != null) {
@@ -218,6 +231,10 @@ public final class Main {
     confDir.mkdirs();
     writeClientConf(confDir);
     out.println(JSON.writeValueAsString(readyLine(confDir)));
+  }
+
+  private int nnCount() {
+    return opts.observer ? 3 : opts.ha ? 2 : 1;
   }
 
   private String nnRpc(int i) {
@@ -239,12 +256,17 @@ public final class Main {
     hdfs.setInt("dfs.replication", opts.replication);
     if (opts.ha) {
       hdfs.set("dfs.nameservices", NAMESERVICE);
-      hdfs.set("dfs.ha.namenodes." + NAMESERVICE, "nn0,nn1");
-      for (int i = 0; i < 2; i++) {
+      StringBuilder ids = new StringBuilder();
+      for (int i = 0; i < nnCount(); i++) {
+        ids.append(i == 0 ? "" : ",").append("nn").append(i);
         hdfs.set("dfs.namenode.rpc-address." + NAMESERVICE + ".nn" + i, nnRpc(i));
       }
-      hdfs.set("dfs.client.failover.proxy.provider." + NAMESERVICE,
-          "org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider");
+      hdfs.set("dfs.ha.namenodes." + NAMESERVICE, ids.toString());
+      hdfs.set("dfs.client.failover.proxy.provider." + NAMESERVICE, opts.observer
+          ? "org.apache.hadoop.hdfs.server.namenode.ha.ObserverReadProxyProvider"
+          : "org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider");
+      // Java's default random order sometimes sends writes to the standby first and sleeps.
+      hdfs.setBoolean("dfs.client.failover.random.order", false);
     }
     try (OutputStream o = new FileOutputStream(new File(confDir, "core-site.xml"))) {
       core.writeXml(o);
@@ -266,15 +288,17 @@ public final class Main {
     r.put("ready", true);
     r.put("uri", fsUri());
     r.put("ha", opts.ha);
+    r.put("observer", opts.observer);
     if (opts.ha) {
       r.put("nameservice", NAMESERVICE);
     }
     ArrayNode nns = r.putArray("namenodes");
-    int nnCount = opts.ha ? 2 : 1;
+    int nnCount = nnCount();
     for (int i = 0; i < nnCount; i++) {
       ObjectNode nn = nns.addObject();
       nn.put("rpc", nnRpc(i));
       NameNode node = cluster.getNameNode(i);
+      nn.put("state", node.getState());
       if (node.getHttpAddress() != null) {
         nn.put("http", "127.0.0.1:" + node.getHttpAddress().getPort());
       }
@@ -462,6 +486,19 @@ public final class Main {
         break;
       }
       case "active_namenode": r.put("active", nnRpc(activeNameNode())); break;
+      case "nn_rpc_counts": nnRpcCounts(r); break;
+      case "transition": {
+        // One NameNode of an HA cluster to another state: observer, standby (or active).
+        int i = cmd.get("index").asInt();
+        switch (text(cmd, "state")) {
+          case "observer": cluster.transitionToObserver(i); break;
+          case "standby": cluster.transitionToStandby(i); break;
+          case "active": cluster.transitionToActive(i); break;
+          default: throw new IllegalArgumentException("state must be observer, standby or active");
+        }
+        r.put("state", cluster.getNameNode(i).getState());
+        break;
+      }
       case "append_open": appendOpen(cmd, r); break;
       case "append_close": {
         FSDataOutputStream o = openWriters.remove(text(cmd, "path"));
@@ -576,7 +613,7 @@ public final class Main {
   }
 
   private int activeNameNode() {
-    int n = opts.ha ? 2 : 1;
+    int n = nnCount();
     for (int i = 0; i < n; i++) {
       if (cluster.getNameNode(i) != null && cluster.getNameNode(i).isActiveState()) {
         return i;
@@ -836,6 +873,27 @@ public final class Main {
       d.put("BytesRead", MetricsAsserts.getLongCounter("BytesRead", rb));
       d.put("ReadBlockOpNumOps", MetricsAsserts.getLongCounter("ReadBlockOpNumOps", rb));
       d.put("BlocksRead", MetricsAsserts.getLongCounter("BlocksRead", rb));
+    }
+  }
+
+  /** Per NameNode: its state and the client RPCs it served, by method (its RPC detailed metrics). */
+  private void nnRpcCounts(ObjectNode r) {
+    ArrayNode arr = r.putArray("namenodes");
+    for (int i = 0; i < nnCount(); i++) {
+      ObjectNode nn = arr.addObject();
+      int port = cluster.getNameNodePort(i);
+      nn.put("rpc", nnRpc(i));
+      nn.put("state", cluster.getNameNode(i).getState());
+      MetricsRecordBuilder rb = MetricsAsserts.getMetrics("RpcDetailedActivityForPort" + port);
+      for (String m : new String[] {"GetListing", "GetFileInfo", "GetFileLinkInfo", "GetBlockLocations", "Msync"}) {
+        long n;
+        try {
+          n = MetricsAsserts.getLongCounter(m + "NumOps", rb);
+        } catch (Throwable e) {  // never called on this NameNode: the metric does not exist yet
+          n = 0;
+        }
+        nn.put(m, n);
+      }
     }
   }
 
