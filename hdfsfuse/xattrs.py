@@ -14,10 +14,14 @@ Does I/O (NameNode calls, as the caller). The mount's own `user.hdfs.*` attribut
 from __future__ import annotations
 
 import json
+import logging
 
 from hdfsfuse import acls
+from hdfsfuse.errors import AccessDenied, HdfsError
 from hdfsfuse.namenode import FileStatus, NameNodeClient
 from hdfsfuse.proto import hdfs_pb2
+
+log = logging.getLogger(__name__)
 
 USER = hdfs_pb2.XAttrProto.USER
 HAS_ACL = hdfs_pb2.HdfsFileStatusProto.HAS_ACL
@@ -57,8 +61,19 @@ async def fact_value(nn: NameNodeClient, nn_path: str, st: FileStatus, name: byt
 
 
 async def names(nn: NameNodeClient, nn_path: str, st: FileStatus) -> list[bytes]:
-    """The HDFS user xattrs of a file or directory, and its ACL xattrs when it has an ACL."""
-    found = [b"user." + x.name.encode() for x in await nn.list_xattrs(nn_path) if x.namespace == USER]
+    """The HDFS user xattrs of a file or directory, and its ACL xattrs when it has an ACL.
+
+    A NameNode with xattrs turned off (`dfs.namenode.xattrs.enabled=false`), or one that will
+    not list them to this caller, just has none to show: listing names never fails for it.
+    """
+    try:
+        listed = await nn.list_xattrs(nn_path)
+    except HdfsError as e:
+        if not isinstance(e, AccessDenied) and "XAttr" not in str(e):
+            raise
+        log.debug("listXAttrs %s: %s", nn_path, e)
+        listed = []
+    found = [b"user." + x.name.encode() for x in listed if x.namespace == USER]
     if st.flags & HAS_ACL:
         found.append(acls.ACCESS_XATTR)
         if st.fileType == IS_DIR:
