@@ -51,12 +51,15 @@ class ObserverReads:
         self._msync = msync
         self._observers: list[int] | None = None
         self._probed_at = -REPROBE_SECONDS
-        self._synced = False
+        self._synced = False  # msynced at least once
         self._lock = trio.Lock()
 
     async def read(self, method: str, payload: bytes, timeout: float) -> bytes | None:
         """The body from an observer, or None: ask the active."""
-        for index in await self._observer_indexes():
+        observers = await self._find()
+        if observers and not self._synced:
+            await self.sync()  # the active's state id, before the first observer read
+        for index in observers:
             conn = self._conns[index]
             try:
                 return await conn.call(method, payload, timeout=timeout)
@@ -71,20 +74,19 @@ class ObserverReads:
 
     async def sync(self) -> None:
         """msync now, when reads go to observers: later reads see every write made before it."""
-        if await self._observer_indexes():
+        if await self._find():
             await self._msync()
+            self._synced = True
 
-    async def _observer_indexes(self) -> list[int]:
-        async with self._lock:  # one probe and one msync at a time
+    async def _find(self) -> list[int]:
+        """The observers' indexes, probed once (again after a while if there were none)."""
+        async with self._lock:  # one probe at a time
             now = trio.current_time()
             if self._observers is None or (not self._observers and now - self._probed_at >= REPROBE_SECONDS):
                 self._observers = [i for i, conn in enumerate(self._conns) if await _is_observer(conn)]
                 self._probed_at = now
                 if self._observers:
                     log.info("observer NameNodes: %s", ", ".join(self._conns[i].address for i in self._observers))
-            if self._observers and not self._synced:
-                await self._msync()  # the active's state id, before the first observer read
-                self._synced = True
             return self._observers
 
 
