@@ -11,7 +11,9 @@ as that caller, so the NameNode checks permissions and ACLs for each local user:
                   caller owns, so nobody can borrow another user's tickets
 
 One connection per effective identity (Hadoop keys its connections the same way), created on
-first use and kept, most recently used first, up to `MAX_IDENTITIES`.
+first use and kept, most recently used first, up to `MAX_IDENTITIES`. An identity pushed out
+only has its sockets closed: files it opened keep it, and reconnect when they next need the
+NameNode.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ class Identities:
         self._clients[key] = client
         if len(self._clients) > MAX_IDENTITIES:
             _, oldest = self._clients.popitem(last=False)
-            self._nursery.start_soon(oldest.aclose)
+            self._nursery.start_soon(oldest.close_connections)  # open files may still use it
         return client
 
     @property

@@ -124,6 +124,12 @@ class NameNodeClient:
         for conn in self._conns:
             await conn.aclose()
 
+    async def close_connections(self) -> None:
+        """Close the sockets but stay usable: a later call reconnects (an evicted identity that
+        an open file still uses)."""
+        for conn in self._conns:
+            await conn.close_link()
+
     # ----- the generic call ---------------------------------------------------------------------
 
     async def call(self, method: str, request: Message, response_type: type[M]) -> M:

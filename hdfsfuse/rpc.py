@@ -377,6 +377,13 @@ class RpcConnection:
         assert slot.body is not None
         return slot.body
 
+    async def close_link(self) -> None:
+        """Close the socket, but stay usable: the next call connects (and authenticates) again."""
+        link, self._link = self._link, None
+        if link is not None:
+            link.fail_all(ConnectionLost(f"connection to {self.address} closed while idle"))
+            await trio.aclose_forcefully(link.stream)
+
     async def aclose(self) -> None:
         self._closed = True
         link, self._link = self._link, None

@@ -204,3 +204,22 @@ async def test_unreachable_namenode_names_what_was_tried() -> None:
     async with NameNodeClient.open(target, total_timeout=1.0) as nn:
         with pytest.raises(errors.NameNodeUnavailable, match=f"127.0.0.1:{port}"):
             await nn.get_file_info("/")
+
+
+async def test_an_evicted_identity_still_serves_what_it_opened(cluster: MiniDfs,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from hdfsfuse import identity
+    from hdfsfuse.security import Credentials
+
+    monkeypatch.setattr(identity, "MAX_IDENTITIES", 1)
+    async with open_nn(cluster) as mount_nn, trio.open_nursery() as nursery:
+        ids = identity.Identities("caller", mount_nn, Credentials(mount_nn.target.settings, "root"), nursery)
+        as_root = ids.namenode(0, None)  # an open file keeps the client it was opened with
+        assert await as_root.get_file_info("/") is not None
+        assert ids.namenode(65534, None) is not as_root  # a second caller pushes root's identity out
+        await trio.sleep(0.2)  # its sockets are closed in the background
+        assert as_root.connects == 1
+        assert await as_root.get_file_info("/") is not None  # not "connection closed": it reconnects
+        assert as_root.connects == 2
+        assert ids.namenode(0, None) is not as_root  # a new request of root's gets a new identity
+        nursery.cancel_scope.cancel()
