@@ -275,32 +275,25 @@ class HdfsClient:
             raise FileNotFound(f"{path}: no such file")
         if status.fileType == hdfs_pb2.HdfsFileStatusProto.IS_DIR:
             raise IsADirectory(f"{path}: is a directory")
-        self.check_supported(path, status)
+        policy = self.check_supported(path, status)
         await self.check_data_transfer()
-        file = HdfsFile(path, status, window=self.options.location_window_blocks * self.group_bytes(status))
+        blocksize = status.blocksize or 128 * 1024 * 1024
+        group_bytes = blocksize * (policy.data_units if policy is not None else 1)  # file bytes per block
+        file = HdfsFile(path, status, window=self.options.location_window_blocks * group_bytes)
         file.namenode = namenode
-        if status.HasField("ecPolicy"):
-            file.ec_policy = resolve_policy(status.ecPolicy, path)
+        file.ec_policy = policy
         await self._locate(file, 0, file.window)
         file.opened = True
         return file
 
     @staticmethod
-    def group_bytes(status: FileStatus) -> int:
-        """File bytes per block: the block size, times the data units for an erasure-coded file."""
-        blocksize = status.blocksize or 128 * 1024 * 1024
-        if status.HasField("ecPolicy"):
-            return blocksize * resolve_policy(status.ecPolicy, "").data_units
-        return blocksize
-
-    @staticmethod
-    def check_supported(path: str, status: FileStatus) -> None:
+    def check_supported(path: str, status: FileStatus) -> EcPolicy | None:
+        """Refuse what cannot be read; return the erasure-coding policy (an unknown codec fails here)."""
         if status.flags & HAS_EC and not status.HasField("ecPolicy"):
             raise NotSupported(f"{path}: erasure-coded, but the NameNode did not name the policy")
-        if status.HasField("ecPolicy"):
-            resolve_policy(status.ecPolicy, path)  # an unknown codec fails here, at open
         if status.HasField("fileEncryptionInfo") or status.flags & HAS_CRYPT:
             raise NotSupported(f"{path}: files in an encryption zone are not supported")
+        return resolve_policy(status.ecPolicy, path) if status.HasField("ecPolicy") else None
 
     async def check_data_transfer(self) -> None:
         """Decide, from the configuration and the server defaults, whether DataNode connections

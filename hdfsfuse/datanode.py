@@ -213,6 +213,14 @@ async def _negotiate(conn: DnConnection, client: DataTransferSaslClient, timeout
     conn.layer = client.layer
 
 
+async def _secure(conn: DnConnection, security: Security, timeouts: Timeouts, stats: Stats) -> None:
+    """The SASL handshake a new connection needs, if any (`hdfsfuse.dnsecurity` decides)."""
+    client = await security.handshake(conn.address)
+    if client is not None:
+        await _negotiate(conn, client, timeouts)
+        stats.dn_sasl[client.layer_name] += 1
+
+
 async def _exchange(
     conn: DnConnection, request: bytes, parser: dtp.ReadBlockParser, timeouts: Timeouts, reused: bool,
 ) -> None:
@@ -309,10 +317,7 @@ async def read_replica(
             stats.dn_connects += 1
             if security is not None:
                 try:
-                    client = await security.handshake(address)
-                    if client is not None:
-                        await _negotiate(conn, client, timeouts)
-                        stats.dn_sasl[client.layer_name] += 1
+                    await _secure(conn, security, timeouts, stats)
                 except UnknownEncryptionKey:
                     conn.close()
                     if new_key:
@@ -354,10 +359,7 @@ async def block_op(address: str, request: bytes, what: str, timeouts: Timeouts, 
     stats.dn_connects += 1
     try:
         if security is not None:
-            client = await security.handshake(address)
-            if client is not None:
-                await _negotiate(conn, client, timeouts)
-                stats.dn_sasl[client.layer_name] += 1
+            await _secure(conn, security, timeouts, stats)
         with trio.fail_after(timeouts.read):
             await conn.send_all(request)
             buf = bytearray()

@@ -474,8 +474,6 @@ class HdfsOperations(pyfuse3.Operations):
         if name not in FILE_XATTRS:
             if inode == pyfuse3.ROOT_INODE and name == STATS_XATTR:
                 return json.dumps(self.stats_snapshot()).encode()
-            if name in xattrs.FACTS:
-                return await self._fact(inode, name, ctx)
             if name.startswith(b"user.") or name in xattrs.ACL_NAMES:
                 return await self._hdfs_xattr(inode, name, ctx)
             # No security labels here. EOPNOTSUPP (not ENODATA) lets tools like `ls -l`
@@ -496,22 +494,14 @@ class HdfsOperations(pyfuse3.Operations):
             window = 10 * (st.blocksize or 128 * 1024 * 1024)
             return await self._blocks_xattr(self._nn(ctx), entry.nn_path, entry.shown, window)
 
-    async def _fact(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        """A fact the NameNode computes (content summary, storage policy); ENODATA where none."""
-        entry = self._entry(inode)
-        async with self._request("getxattr", entry.shown):
-            st = await self._status(inode, ctx)
-            value = await xattrs.fact_value(self._nn(ctx), entry.nn_path, st, name)
-        if value is None:
-            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
-        return value
-
     async def _hdfs_xattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        """An HDFS user xattr or an ACL (`hdfsfuse.xattrs`); ENODATA when there is none."""
+        """A NameNode fact, an ACL or an HDFS user xattr (`hdfsfuse.xattrs`); ENODATA when none."""
         entry = self._entry(inode)
         async with self._request("getxattr", entry.shown):
             nn = self._nn(ctx)
-            if name in xattrs.ACL_NAMES:
+            if name in xattrs.FACTS:
+                value = await xattrs.fact_value(nn, entry.nn_path, await self._status(inode, ctx), name)
+            elif name in xattrs.ACL_NAMES:
                 st = await self._status(inode, ctx)
                 value = await xattrs.acl_value(nn, entry.nn_path, st, name, self.ids.known_user,
                                                self.ids.known_group)
