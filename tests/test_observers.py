@@ -80,3 +80,17 @@ def test_reads_fall_back_to_the_active_when_the_observer_stops_observing(observe
         assert _roles(m)["active"] > before  # the standby refused; the active answered
     finally:
         assert c.command("transition", index=2, state="observer")["state"] == "observer"
+
+
+def test_an_open_sees_an_append_the_observer_has_not_applied_yet(fresh_cluster, mount, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    c: MiniDfs = fresh_cluster(observer=True, observer_tail_period="3s", datanodes=1, replication=1)
+    first = c.put_bytes(random_bytes(1000, seed=220), "/grows")
+    m = mount(c, "direct_io,entry_timeout=0,attr_timeout=0")
+    with open(m.path("/grows"), "rb") as f:
+        assert f.read() == first
+    more = random_bytes(500, seed=221)
+    (tmp_path / "more").write_bytes(more)
+    c.append_open("/grows", tmp_path / "more")
+    c.append_close("/grows")  # on the active; the observer applies it only at its next tail (3 s)
+    with open(m.path("/grows"), "rb") as f:  # the open msyncs: the observer waits for that state
+        assert f.read() == first + more

@@ -84,6 +84,7 @@ class ClusterOptions:
     bytes_per_checksum: int = 512
     ha: bool = False
     observer: bool = False  # an HA pair plus an observer NameNode (implies ha)
+    observer_tail_period: str | None = None  # e.g. "2s": an observer that lags on purpose
     block_tokens: bool = False
     permissions: bool = False
     datanode_hostname: str = "127.0.0.1"
@@ -107,6 +108,8 @@ class ClusterOptions:
             "--bytes-per-checksum", str(self.bytes_per_checksum),
         ]
         args += ["--observer"] if self.observer else ["--ha"] if self.ha else []
+        if self.observer_tail_period:
+            args += ["--observer-tail-period", self.observer_tail_period]
         args += ["--block-tokens"] if self.block_tokens else []
         args += ["--permissions"] if self.permissions else []
         args += ["--datanode-hostname", self.datanode_hostname]

@@ -68,6 +68,7 @@ public final class Main {
     int bytesPerChecksum = 512;
     boolean ha = false;
     boolean observer = false;  // with ha: a third NameNode, an observer (HDFS-12943)
+    String tailPeriod = "10ms";  // how often the observer applies the active's edits
     boolean blockTokens = false;
     boolean permissions = false;
     String baseDir = "target/minidfs";
@@ -95,6 +96,7 @@ public final class Main {
           case "--datanode-hostname": o.datanodeHostname = v; i++; break;
           case "--ha": o.ha = true; break;
           case "--observer": o.ha = true; o.observer = true; break;
+          case "--observer-tail-period": o.tailPeriod = v; i++; break;
           case "--block-tokens": o.blockTokens = true; break;
           case "--permissions": o.permissions = true; break;
           case "--resource-dir": o.resourceDir = v; i++; break;
@@ -204,7 +206,7 @@ public final class Main {
       // tailing of in-progress edits, and no atime updates that would send opens to the active.
       conf.setBoolean("dfs.namenode.state.context.enabled", true);
       conf.setBoolean("dfs.ha.tail-edits.in-progress", true);
-      conf.set("dfs.ha.tail-edits.period", "10ms");
+      conf.set("dfs.ha.tail-edits.period", opts.tailPeriod);
       conf.setLong("dfs.namenode.accesstime.precision", 0);
     }
 
