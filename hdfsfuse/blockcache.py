@@ -45,6 +45,7 @@ from typing import NoReturn
 
 from hdfsfuse.checksum import CHECKSUM_NULL, TYPE_NAMES, Checksum
 from hdfsfuse.errors import ChecksumMismatch
+from hdfsfuse.localio import ShortRead, WouldBlock, chunk_span, pread_nowait, read_verified
 from hdfsfuse.wire import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -101,21 +102,6 @@ def _layout(block_length: int, bpc: int) -> tuple[int, int]:
     chunks = -(-block_length // bpc)
     flags_at = _HEADER.size + 4 * chunks
     return flags_at, -(-(flags_at + chunks) // _PAGE) * _PAGE
-
-
-class WouldBlock(Exception):
-    """A `nowait` lookup would have to wait for the disk: do it in a worker thread."""
-
-
-def _pread_nowait(fd: int, n: int, offset: int) -> bytearray:
-    buf = bytearray(n)
-    try:
-        got = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
-    except BlockingIOError:
-        raise WouldBlock from None
-    if got != n:  # partly in memory, or the file ends early: let a plain read tell
-        raise WouldBlock
-    return buf
 
 
 class CacheCorrupt(Exception):
@@ -225,42 +211,37 @@ class BlockCache:
             return None
         if block is None:
             return None
-        pread = _pread_nowait if nowait else os.pread
         try:
             bpc = block.checksum.bytes_per_checksum
-            first, last = offset // bpc, (offset + length - 1) // bpc
-            count = last - first + 1
-            start, end = first * bpc, min((last + 1) * bpc, block_length)
+            first, count, start, end = chunk_span(offset, length, bpc, block_length)
             flags_at, data_at = block.layout
+            what = f"cached block {key.block_id}"
             try:
-                if pread(block.fd, count, flags_at + first).count(_PRESENT) != count:
+                flags = (pread_nowait if nowait else os.pread)(block.fd, count, flags_at + first)
+                if flags.count(_PRESENT) != count:
                     self._forget(key)  # another mount may have replaced the file: reopen next time
                     return None
-                sums = pread(block.fd, 4 * count, _HEADER.size + 4 * first)
                 if count >= SEQUENTIAL_CHUNKS and end < block_length:
                     # A readahead-sized lookup: a sequential reader. Have the kernel read the next
                     # range of this file in the background, so the next lookup finds it in memory.
                     ahead = min(end - start, block_length - end)
                     os.posix_fadvise(block.fd, data_at + end, ahead, os.POSIX_FADV_WILLNEED)
-                data = pread(block.fd, end - start, data_at + start)
+                data = read_verified(block.fd, data_at, block.fd, _HEADER.size, block.checksum, block_length,
+                                     offset, length, what, nowait=nowait)
             except WouldBlock:
                 raise
+            except ShortRead:
+                self._corrupt(key, f"files end before block offset {end}")
+            except ChecksumMismatch as e:
+                self._corrupt(key, str(e))
             except OSError as e:
                 self._forget(key)
                 self._error("reading", key, e)
                 return None
-            if len(data) != end - start or len(sums) != 4 * count:
-                self._corrupt(key, f"files end before block offset {end}")
-            try:
-                block.checksum.verify(bytes(data) if nowait else data, sums, start, f"cached block {key.block_id}")
-            except ChecksumMismatch as e:
-                self._corrupt(key, str(e))
         finally:
             self._release(block)
         self._touch(key)
-        if offset == start and length == len(data):
-            return data
-        return data[offset - start : offset - start + length]
+        return data
 
     def _acquire(self, key: BlockKey, block_length: int, open_files: bool = True) -> _OpenBlock | None:
         """The block's open files, in use until `_release`; None when it is not cached.

@@ -20,7 +20,8 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from hdfsfuse import dtp
-from hdfsfuse.blockcache import BlockCache, BlockKey, CacheCorrupt, WouldBlock
+from hdfsfuse.blockcache import BlockCache, BlockKey, CacheCorrupt
+from hdfsfuse.localio import WouldBlock
 from hdfsfuse.stats import Stats
 
 log = logging.getLogger(__name__)
@@ -29,13 +30,13 @@ MAX_PENDING_STORE_BYTES = 64 * 1024 * 1024
 NOWAIT_MAX = 128 * 1024  # larger lookups verify in a thread even when their bytes are in memory
 RESCAN_SECONDS = 30.0
 
-Fetch = Callable[[list[dtp.ReadBlockParser]], Awaitable[bytearray | None]]
+Fetch = Callable[[list[dtp.ReadBlockParser]], Awaitable[bytes | bytearray | None]]
 
 
 @dataclasses.dataclass(slots=True)
 class _Flight:
     done: trio.Event = dataclasses.field(default_factory=trio.Event)
-    data: bytearray | None = None
+    data: bytes | bytearray | None = None
 
 
 class CachedReads:

@@ -54,6 +54,7 @@ from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.replicas import ReplicaPolicy
 from hdfsfuse.rpc import RpcConnection
 from hdfsfuse.security import Credentials, RpcAuth, SecurityOptions, keep_login_fresh
+from hdfsfuse.short_circuit import ShortCircuitReads
 from hdfsfuse.stats import Stats
 from hdfsfuse.striped_reader import GroupPlan, StripedReader, group_plan
 from hdfsfuse.wire import ProtocolError
@@ -81,6 +82,7 @@ class ClientOptions:
     pool_capacity: int = 64
     cache_dir: str | None = None  # a persistent block cache here (off when None)
     cache_size: int = 10 * 1024**3
+    short_circuit: bool = True  # read local replicas from their files when the configuration allows it
 
 
 def xfer_address(loc: hdfs_pb2.DatanodeInfoProto, use_hostname: bool = False) -> str:
@@ -102,6 +104,7 @@ def locate_path(path: str, file_id: int) -> str:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BlockPlan:
+    block: hdfs_pb2.ExtendedBlockProto
     header_field: bytes  # OpReadBlockProto field 1, encoded
     replicas: list[tuple[str, tuple[hdfs_pb2.DatanodeInfoProto, str]]]  # (address, (DatanodeInfo, description))
     what: str
@@ -154,7 +157,7 @@ class HdfsFile:
                 address = xfer_address(loc, use_hostname)
                 replicas.append((address, (loc, f"{what} on DataNode {address}")))
             header = dtp.header_field(dtp.encode_op_header(block.b, block.blockToken, client_name))
-            plan = self._plans[start] = BlockPlan(header, replicas, what, block.blockToken)
+            plan = self._plans[start] = BlockPlan(block.b, header, replicas, what, block.blockToken)
         return plan
 
     def finalized(self, start: int) -> bool:
@@ -178,9 +181,24 @@ class HdfsFile:
 class _Outcome:
     """What one round over a block's replicas gave: data, or why not."""
 
-    data: bytearray | None = None
+    data: bytes | bytearray | None = None
     token_refused: bool = False
     corrupt: list[hdfs_pb2.DatanodeInfoProto] = dataclasses.field(default_factory=list)
+
+
+def short_circuit_reads(settings: ClusterSettings, options: ClientOptions, client: HdfsClient,
+                        nursery: trio.Nursery) -> ShortCircuitReads | None:
+    """Short-circuit local reads, when the configuration turns them on and the mount allows them."""
+    if not (options.short_circuit and settings.short_circuit):
+        return None
+    if not settings.domain_socket_path:
+        log.warning("dfs.client.read.shortcircuit is true but dfs.domain.socket.path is not set: "
+                    "short-circuit local reads are off")
+        return None
+    log.info("short-circuit local reads: on for DataNodes on this host (dfs.domain.socket.path=%s)",
+             settings.domain_socket_path)
+    return ShortCircuitReads(settings.domain_socket_path, client.client_name, timeout=options.timeouts.read,
+                             stats=client.stats, nursery=nursery)
 
 
 def _login(target: NameNodeTarget, options: ClientOptions) -> tuple[Credentials, RpcAuth]:
@@ -208,6 +226,7 @@ class HdfsClient:
         )
         self._nursery = nursery
         self.cached: CachedReads | None = None  # the persistent block cache, when cache_dir is set
+        self.short_circuit: ShortCircuitReads | None = None  # local replicas read from their files
         self.striped = StripedReader(self)
         self.hedges = HedgeTimer()
         nursery.start_soon(self.hedges.run, nursery)
@@ -249,10 +268,13 @@ class HdfsClient:
                         nursery.start_soon(client.cached.rescan_forever)
                     if isinstance(credentials.login, KeytabLogin):
                         nursery.start_soon(keep_login_fresh, credentials.login)
+                    client.short_circuit = short_circuit_reads(target.settings, opts, client, nursery)
                     try:
                         yield client
                     finally:
                         client.pool.close()
+                        if client.short_circuit is not None:
+                            client.short_circuit.close()
                         nursery.cancel_scope.cancel()
             except BaseExceptionGroup as group:
                 if len(group.exceptions) == 1:
@@ -515,7 +537,7 @@ class HdfsClient:
         b = file.map.block_at(piece.block_start).b
         key = BlockKey(b.poolId, b.blockId, b.generationStamp)
 
-        async def fetch(keep: list[dtp.ReadBlockParser]) -> bytearray:
+        async def fetch(keep: list[dtp.ReadBlockParser]) -> bytes | bytearray:
             return await self._read_piece_with_failover(file, piece, failures, keep)
 
         def still_current() -> bool:
@@ -528,7 +550,7 @@ class HdfsClient:
 
     async def _read_piece_with_failover(
         self, file: HdfsFile, piece: Piece, failures: dict[str, str], keep: list[dtp.ReadBlockParser] | None = None,
-    ) -> bytearray:
+    ) -> bytes | bytearray:
         token_refreshed = False
         refetched = False
         while True:
@@ -570,9 +592,17 @@ class HdfsClient:
         pending = self.replicas.order(plan.replicas, dead, trio.current_time())
         request = dtp.encode_read_block(plan.header_field, piece.offset_in_block, piece.length)
 
-        async def attempt(address: str, description: str) -> bytearray | HdfsError | ProtocolError:
+        local = self.short_circuit if file.finalized(piece.block_start) else None
+
+        async def attempt(address: str, loc: hdfs_pb2.DatanodeInfoProto,
+                          description: str) -> bytes | bytearray | HdfsError | ProtocolError:
             started = trio.current_time()
             try:
+                if local is not None:
+                    data = await local.read(loc, plan.block, plan.token, piece.offset_in_block, piece.length,
+                                            description)
+                    if data is not None:
+                        return data  # no latency sample: a local read says nothing of the DataNode
                 data = await read_replica(
                     self.pool, address, request, piece.offset_in_block, piece.length,
                     description, self.options.timeouts, self.stats,
@@ -595,8 +625,8 @@ class HdfsClient:
             self.stats.hedged_reads += 1
             log.debug("%s: no answer within the hedging threshold; also asking %s", plan.what, address)
             with race.hedge_scope:
-                result = await attempt(address, description)
-                if isinstance(result, bytearray):
+                result = await attempt(address, loc, description)
+                if not isinstance(result, Exception):
                     race.won((address, loc, result))
                     return
                 race.hedge_result = (address, loc, result)
@@ -605,7 +635,7 @@ class HdfsClient:
             address, (loc, description) = pending.pop(0)
             threshold = self.replicas.hedge_after(piece.length) if pending else None
             if threshold is None:
-                result = await attempt(address, description)
+                result = await attempt(address, loc, description)
                 if self._settle(address, loc, result, dead, failures, outcome):
                     break
                 continue
@@ -613,7 +643,7 @@ class HdfsClient:
             self.hedges.arm(trio.current_time() + threshold, race)
             try:
                 with race.primary_scope:
-                    result = await attempt(address, description)
+                    result = await attempt(address, loc, description)
                 if race.primary_scope.cancelled_caught:  # the hedge answered first
                     _, _, data = race.hedge_result  # type: ignore[misc]
                     outcome.data = data
@@ -626,7 +656,7 @@ class HdfsClient:
                     await race.hedge_done.wait()
                     if race.hedge_result is not None:
                         h_address, h_loc, h_result = race.hedge_result  # type: ignore[misc]
-                        if isinstance(h_result, bytearray):
+                        if not isinstance(h_result, Exception):
                             self.stats.hedge_wins += 1
                         if self._settle(h_address, h_loc, h_result, dead, failures, outcome):
                             break
@@ -635,11 +665,11 @@ class HdfsClient:
         return outcome
 
     def _settle(
-        self, address: str, loc: hdfs_pb2.DatanodeInfoProto, result: bytearray | Exception, dead: set[str],
+        self, address: str, loc: hdfs_pb2.DatanodeInfoProto, result: bytes | bytearray | Exception, dead: set[str],
         failures: dict[str, str], outcome: _Outcome,
     ) -> bool:
         """Take one replica's answer; True when the round must stop (bytes, or a refused token)."""
-        if isinstance(result, bytearray):
+        if not isinstance(result, Exception):
             outcome.data = result
             return True
         return self._failed(address, loc, result, dead, failures, outcome)

@@ -84,6 +84,8 @@ class ClusterSettings:
     namenode_principal: str = ""  # dfs.namenode.kerberos.principal, maybe with _HOST
     fallback_to_simple: bool = False  # ipc.client.fallback-to-simple-auth-allowed
     cipher_suites: str = ""  # dfs.encrypt.data.transfer.cipher.suites: AES/CTR after a DataNode handshake
+    short_circuit: bool = False  # dfs.client.read.shortcircuit: read local replicas from their files
+    domain_socket_path: str = ""  # dfs.domain.socket.path: local DataNodes' sockets (_PORT = xfer port)
 
     @classmethod
     def from_conf(cls, conf: dict[str, str]) -> ClusterSettings:
@@ -101,6 +103,8 @@ class ClusterSettings:
             namenode_principal=conf.get("dfs.namenode.kerberos.principal", "").strip(),
             fallback_to_simple=flag("ipc.client.fallback-to-simple-auth-allowed"),
             cipher_suites=conf.get("dfs.encrypt.data.transfer.cipher.suites", "").strip(),
+            short_circuit=flag("dfs.client.read.shortcircuit"),
+            domain_socket_path=conf.get("dfs.domain.socket.path", "").strip(),
         )
 
 

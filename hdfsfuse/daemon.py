@@ -119,6 +119,7 @@ def client_options(options: MountOptions) -> ClientOptions:
         hedge_after=options.hedge_after,
         cache_dir=options.cache_dir,
         cache_size=options.cache_size,
+        short_circuit=options.short_circuit,
     )
 
 

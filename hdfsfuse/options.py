@@ -59,6 +59,7 @@ class MountOptions:
     listing_page_cap: int | None = None
     cache_dir: str | None = None  # a persistent block cache (off by default)
     cache_size: int = 10 * 1024 * MiB
+    short_circuit: bool = True  # auto: read local replicas from their files when the Hadoop config enables it
     log_level: str = "info"
     log_file: str | None = None
     metrics_port: int | None = None
@@ -167,6 +168,9 @@ Mount options (-o a,b=c):
                          entries are keyed by block id and generation stamp, so they never go
                          stale, and are verified on every read; mounts may share the directory
   cache_size=SIZE        the cache's bound on disk (default 10G, shrunk to fit the filesystem)
+  short_circuit=MODE     auto (the default): read replicas on this host's DataNodes from their
+                         files, verified, when dfs.client.read.shortcircuit and
+                         dfs.domain.socket.path allow it; off: always over TCP
   log_level=LEVEL        debug, info, warning or error (default info)
   log_file=PATH          log here when running in the background (default: syslog)
   metrics_port=N         serve live stats as Prometheus text on 127.0.0.1:N
@@ -258,5 +262,9 @@ def _apply(opts: MountOptions, item: str) -> None:
         opts.fsname = value
     elif name == "hedge_after":
         opts.hedge_after = _hedge_after(value)
+    elif name == "short_circuit":
+        if value not in ("auto", "off"):
+            raise ConfigError(f"option short_circuit: {value!r} must be auto or off")
+        opts.short_circuit = value == "auto"
     else:
         raise ConfigError(f"unknown mount option {item!r} (see hdfsfuse --help)")

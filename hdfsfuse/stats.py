@@ -34,6 +34,12 @@ class Stats:
     block_cache_corrupt: int = 0  # cached blocks that failed verification (dropped, read from HDFS)
     block_cache_errors: int = 0
     block_cache_used_bytes: int = 0
+    short_circuit_reads: int = 0  # reads served from a local DataNode's files (short-circuit)
+    short_circuit_bytes: int = 0
+    short_circuit_fallbacks: int = 0  # reads of a local replica that went over TCP instead
+    short_circuit_invalidated: int = 0  # cached local files dropped: the replica was deleted, moved or changed
+    short_circuit_fd_requests: int = 0
+    short_circuit_segments: int = 0
     files_changed: int = 0  # reads refused because an open file was replaced, truncated or deleted
     cache_hits: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     cache_misses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -77,6 +83,12 @@ def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failove
         "block_cache_corrupt": stats.block_cache_corrupt,
         "block_cache_errors": stats.block_cache_errors,
         "block_cache_used_bytes": stats.block_cache_used_bytes,
+        "short_circuit_reads": stats.short_circuit_reads,
+        "short_circuit_bytes": stats.short_circuit_bytes,
+        "short_circuit_fallbacks": stats.short_circuit_fallbacks,
+        "short_circuit_invalidated": stats.short_circuit_invalidated,
+        "short_circuit_fd_requests": stats.short_circuit_fd_requests,
+        "short_circuit_segments": stats.short_circuit_segments,
         "files_changed": stats.files_changed,
         "namenode_failovers": namenode_failovers,
         "namenode_rpcs": dict(sorted(rpc_calls.items())),
@@ -113,6 +125,12 @@ _HELP = {
     "block_cache_corrupt": "Cached blocks that failed verification, dropped and read from HDFS instead.",
     "block_cache_errors": "Block cache lookups or stores that failed with an I/O error (such as a full disk).",
     "block_cache_used_bytes": "Bytes the persistent block cache holds on disk.",
+    "short_circuit_reads": "Reads served from a local DataNode's block files (short-circuit), not over TCP.",
+    "short_circuit_bytes": "Bytes read from local DataNodes' block files (short-circuit).",
+    "short_circuit_fallbacks": "Reads of a local replica that went over TCP (short-circuit refused or failed).",
+    "short_circuit_invalidated": "Cached local block files dropped because the replica was deleted, moved or changed.",
+    "short_circuit_fd_requests": "Block and meta file descriptors asked of local DataNodes.",
+    "short_circuit_segments": "Shared-memory slot segments asked of local DataNodes.",
     "files_changed": "Reads refused because the open file was replaced, truncated or deleted.",
     "namenode_failovers": "Switches to another NameNode.",
     "namenode_rpcs": "NameNode RPCs by method.",

@@ -204,7 +204,7 @@ def test_lookups_in_threads_under_evictions_are_exact_or_misses(tmp_path: Path) 
 
 
 def test_nowait_lookups_never_wait_for_files_or_disks(tmp_path: Path) -> None:
-    from hdfsfuse.blockcache import WouldBlock
+    from hdfsfuse.localio import WouldBlock
 
     cache = _cache(tmp_path)
     _store(cache, 0, 11)

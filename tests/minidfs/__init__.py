@@ -75,6 +75,60 @@ def ensure_built() -> str:
     return f"{_CLASSES}:{_CLASSPATH_FILE.read_text().strip()}"
 
 
+KIT_ENV = "HDFSFUSE_LIBHADOOP_KIT"
+_NATIVE_DIR = LAUNCHER_DIR / "target" / "native"
+
+
+def libhadoop_kit() -> Path | None:
+    """The libhadoop-kit folder: $HDFSFUSE_LIBHADOOP_KIT, else `shared/libhadoop-kit` beside an
+    ancestor of this checkout (where the team's shared folder lives)."""
+    configured = os.environ.get(KIT_ENV)
+    candidates = [Path(configured)] if configured else [
+        parent / "shared" / "libhadoop-kit" for parent in LAUNCHER_DIR.parents
+    ]
+    return next((c for c in candidates if (c / "build.sh").is_file()), None)
+
+
+def short_circuit_unavailable() -> str | None:
+    """Why a --short-circuit cluster cannot start here, or None when it can."""
+    if libhadoop_kit() is None:
+        return (f"no libhadoop-kit (set {KIT_ENV}, or keep the kit at shared/libhadoop-kit beside the checkout): "
+                "the DataNodes need its libhadoop.so for domain sockets")
+    missing = [tool for tool in ("gcc", "javac") if shutil.which(tool) is None]
+    if missing:
+        return f"building libhadoop.so from the kit needs {' and '.join(missing)}"
+    return None
+
+
+def ensure_native_library() -> Path:
+    """Build libhadoop.so from the kit once (under the launcher's build lock); return its folder."""
+    kit = libhadoop_kit()
+    assert kit is not None
+    with open(LAUNCHER_DIR / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        library = _NATIVE_DIR / "libhadoop.so"
+        newest = max(p.stat().st_mtime for p in kit.rglob("*") if p.is_file())
+        if not library.exists() or library.stat().st_mtime < newest:
+            proc = subprocess.run(["sh", str(kit / "build.sh"), str(_NATIVE_DIR)], capture_output=True, text=True)
+            if proc.returncode != 0:
+                output = proc.stdout[-2000:] + proc.stderr[-4000:]
+                raise MiniDfsError(f"building libhadoop.so from {kit} failed:\n{output}")
+    return _NATIVE_DIR
+
+
+def _trusted_socket_base() -> Path:
+    """A directory for DataNode sockets with no world- or group-writable ancestor: Hadoop's
+    DomainSocket (and hdfsfuse) refuse a socket path under /tmp."""
+    for base in (Path("/run/hdfsfuse-minidfs"), Path.home() / ".cache" / "hdfsfuse-minidfs"):
+        try:
+            base.mkdir(mode=0o755, parents=True, exist_ok=True)
+            base.chmod(0o755)
+            return base
+        except OSError:
+            continue
+    raise MiniDfsError("no directory for DataNode domain sockets (/run/hdfsfuse-minidfs or ~/.cache)")
+
+
 @dataclasses.dataclass
 class ClusterOptions:
     datanodes: int = 3
@@ -98,6 +152,9 @@ class ClusterOptions:
     # The DataNodes' io.file.buffer.size: under SASL (no sendfile) it is their packet size. The
     # DataNode reads it once from a classpath core-site.xml, so it goes there.
     io_file_buffer_size: int | None = None
+    # Short-circuit local reads: a domain socket per DataNode (needs libhadoop-kit; see
+    # `short_circuit_unavailable`). The socket directory is passed in by MiniDfs.start.
+    short_circuit: bool = False
 
     def argv(self) -> list[str]:
         args = [
@@ -133,6 +190,7 @@ class MiniDfs:
         self._heap = heap
         self._proc: subprocess.Popen[bytes] | None = None
         self._base_dir: Path | None = None
+        self._socket_dir: Path | None = None
         self._buf = b""
         self._lock = threading.Lock()
         self.ready: dict[str, Any] = {}
@@ -151,10 +209,20 @@ class MiniDfs:
                 "<configuration><property><name>io.file.buffer.size</name>"
                 f"<value>{int(self.options.io_file_buffer_size)}</value></property></configuration>\n"
             )
+        jvm_flags: list[str] = []
+        launcher_flags: list[str] = []
+        if self.options.short_circuit:
+            reason = short_circuit_unavailable()
+            if reason is not None:
+                raise MiniDfsError(f"--short-circuit: {reason}")
+            jvm_flags.append(f"-Djava.library.path={ensure_native_library()}")
+            self._socket_dir = Path(tempfile.mkdtemp(prefix="sc-", dir=_trusted_socket_base()))
+            self._socket_dir.chmod(0o755)
+            launcher_flags += ["--domain-socket-dir", str(self._socket_dir)]
         argv = [
-            _java(), f"-Xmx{self._heap}", "-cp", f"{resources}:{classpath}", _MAIN_CLASS,
+            _java(), f"-Xmx{self._heap}", *jvm_flags, "-cp", f"{resources}:{classpath}", _MAIN_CLASS,
             "--base-dir", str(self._base_dir / "data"), "--resource-dir", str(resources),
-            *self.options.argv(),
+            *self.options.argv(), *launcher_flags,
         ]
         with open(self.log_path, "wb") as log:
             self._proc = subprocess.Popen(
@@ -187,6 +255,9 @@ class MiniDfs:
         if self._base_dir is not None and not os.environ.get("HDFSFUSE_KEEP_MINIDFS"):
             shutil.rmtree(self._base_dir, ignore_errors=True)
             self._base_dir = None
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
 
     def __enter__(self) -> MiniDfs:
         return self.start() if self._proc is None else self
@@ -236,6 +307,11 @@ class MiniDfs:
     @property
     def datanodes(self) -> list[dict[str, str]]:
         return list(self.ready["datanodes"])
+
+    @property
+    def domain_sockets(self) -> list[str]:
+        """One UNIX socket path per DataNode, in `datanodes` order (a --short-circuit cluster)."""
+        return list(self.ready["domain_sockets"])
 
     @property
     def xfer_ports(self) -> list[int]:
@@ -363,6 +439,11 @@ class MiniDfs:
         """Add (and enable) a custom erasure-coding policy; returns its name, e.g. RS-3-2-64k."""
         return str(self.command("add_ec_policy", codec=codec, data=data, parity=parity,
                                 cell_size=cell_size)["name"])
+
+    def set_short_circuit(self, xfer: str, enabled: bool) -> None:
+        """Restart the DataNode at `xfer` with short-circuit reads on or off (off: it keeps its
+        domain socket but refuses file descriptors)."""
+        self.command("set_short_circuit", xfer=xfer, enabled=enabled, timeout=180)
 
     def corrupt_replicas(self, path: str) -> list[int]:
         """Per block of `path`, how many replicas the NameNode holds as corrupt."""

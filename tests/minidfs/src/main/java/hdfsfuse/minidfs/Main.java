@@ -80,6 +80,9 @@ public final class Main {
     boolean encryptDataTransfer = false;
     long ticketLifetime = 0;
     String proxyUser = null;
+    // Short-circuit local reads: a UNIX domain socket per DataNode in this directory (the JVM
+    // runs with java.library.path at a libhadoop.so built from libhadoop-kit).
+    String domainSocketDir = null;
 
     static Options parse(String[] args) {
       Options o = new Options();
@@ -106,6 +109,7 @@ public final class Main {
           case "--encrypt-data-transfer": o.encryptDataTransfer = true; break;
           case "--ticket-lifetime": o.ticketLifetime = Long.parseLong(v); i++; break;
           case "--proxy-user": o.proxyUser = v; i++; break;
+          case "--domain-socket-dir": o.domainSocketDir = v; i++; break;
           default: throw new IllegalArgumentException("unknown launcher option: " + a);
         }
       }
@@ -201,6 +205,17 @@ public final class Main {
     if (secure != null) {
       secure.configure(conf, new File(opts.resourceDir));
     }
+    if (opts.domainSocketDir != null) {
+      // short-circuit-reads.md: the DataNodes pass block and meta file descriptors over this
+      // socket (_PORT becomes each DataNode's xfer port); shared-memory slots come from /dev/shm.
+      if (!org.apache.hadoop.util.NativeCodeLoader.isNativeCodeLoaded()
+          || org.apache.hadoop.net.unix.DomainSocket.getLoadingFailureReason() != null) {
+        throw new IllegalStateException("short-circuit reads need libhadoop.so on java.library.path: "
+            + org.apache.hadoop.net.unix.DomainSocket.getLoadingFailureReason());
+      }
+      conf.set("dfs.domain.socket.path", domainSocketPattern());
+      conf.setBoolean("dfs.client.read.shortcircuit", true);
+    }
     if (opts.observer) {
       // Observer reads (hdfs-observer-reads.md, recipe B): state ids on every response, fast
       // tailing of in-progress edits, and no atime updates that would send opens to the active.
@@ -235,6 +250,10 @@ public final class Main {
     out.println(JSON.writeValueAsString(readyLine(confDir)));
   }
 
+  private String domainSocketPattern() {
+    return new File(opts.domainSocketDir, "dn._PORT").getPath();
+  }
+
   private int nnCount() {
     return opts.observer ? 3 : opts.ha ? 2 : 1;
   }
@@ -256,6 +275,10 @@ public final class Main {
       secure.clientConf(core, hdfs);
     }
     hdfs.setInt("dfs.replication", opts.replication);
+    if (opts.domainSocketDir != null) {
+      hdfs.set("dfs.domain.socket.path", domainSocketPattern());
+      hdfs.setBoolean("dfs.client.read.shortcircuit", true);
+    }
     if (opts.ha) {
       hdfs.set("dfs.nameservices", NAMESERVICE);
       StringBuilder ids = new StringBuilder();
@@ -309,6 +332,12 @@ public final class Main {
       }
     }
     r.set("datanodes", datanodes());
+    if (opts.domainSocketDir != null) {
+      ArrayNode sockets = r.putArray("domain_sockets");
+      for (DataNode dn : cluster.getDataNodes()) {
+        sockets.add(domainSocketPattern().replace("_PORT", Integer.toString(dn.getXferPort())));
+      }
+    }
     r.put("conf_dir", confDir.getPath());
     r.put("block_size", opts.blockSize);
     r.put("bytes_per_checksum", opts.bytesPerChecksum);
@@ -463,6 +492,7 @@ public final class Main {
         r.set("datanodes", datanodes());
         break;
       }
+      case "set_short_circuit": setShortCircuit(text(cmd, "xfer"), cmd.get("enabled").asBoolean(), r); break;
       case "corrupt_replica": corruptReplica(cmd, r); break;
       case "corrupt_replicas": corruptReplicas(text(cmd, "path"), r); break;
       case "metrics": metrics(r); break;
@@ -795,6 +825,25 @@ public final class Main {
     String name = resp[0].isSucceed() ? resp[0].getPolicy().getName() : wanted.getName();
     fs.enableErasureCodingPolicy(name);
     r.put("name", name);
+  }
+
+  /**
+   * Restart one DataNode with dfs.client.read.shortcircuit on or off. Off, it keeps its domain
+   * socket but refuses file descriptors (ERROR_UNSUPPORTED "File descriptor passing was not
+   * configured"), which is what a client meets on a DataNode with short-circuit turned off.
+   */
+  private void setShortCircuit(String xfer, boolean enabled, ObjectNode r) throws Exception {
+    if (opts.domainSocketDir == null) {
+      throw new IllegalStateException("set_short_circuit needs a --short-circuit cluster");
+    }
+    int index = dataNodeIndex(xfer);
+    MiniDFSCluster.DataNodeProperties p = cluster.stopDataNode(index);
+    java.lang.reflect.Field confField = MiniDFSCluster.DataNodeProperties.class.getDeclaredField("conf");
+    confField.setAccessible(true);
+    ((Configuration) confField.get(p)).setBoolean("dfs.client.read.shortcircuit", enabled);
+    cluster.restartDataNode(p, true);
+    cluster.waitDatanodeFullyStarted(cluster.getDataNodes().get(dataNodeIndex(xfer)), 60_000);
+    r.put("xfer", xfer);
   }
 
   private int dataNodeIndex(String xfer) {

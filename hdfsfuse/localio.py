@@ -1,0 +1,63 @@
+"""Verified reads of block bytes held in local files. Does I/O (pread), nothing else.
+
+Owns what the block cache and short-circuit reads share: a block's bytes in one file and its
+big-endian CRC per checksum chunk in another (or further on in the same file). A read covers
+the whole chunks its range touches, checks every one, and trims to the range:
+
+    data file:  ... | chunk first | ... | chunk last | ...      (at data_at + chunk * bpc)
+    sums file:  ... | BE32 first  | ... | BE32 last  | ...      (at sums_at + chunk * 4)
+
+`nowait` reads use RWF_NOWAIT: they return only bytes already in the kernel's page cache and
+raise WouldBlock instead of waiting for a disk, so the trio loop may call them inline.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hdfsfuse.checksum import Checksum
+
+
+class WouldBlock(Exception):
+    """A `nowait` read would have to wait for the disk: do it in a worker thread."""
+
+
+class ShortRead(Exception):
+    """The files end before the bytes the block's length promises."""
+
+
+def pread_nowait(fd: int, n: int, offset: int) -> bytearray:
+    buf = bytearray(n)
+    try:
+        got = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
+    except BlockingIOError:
+        raise WouldBlock from None
+    if got != n:  # partly in memory, or the file ends early: let a plain read tell
+        raise WouldBlock
+    return buf
+
+
+def chunk_span(offset: int, length: int, bpc: int, block_length: int) -> tuple[int, int, int, int]:
+    """(first chunk, chunk count, block offset of the first chunk, end of the last one)."""
+    first, last = offset // bpc, (offset + length - 1) // bpc
+    return first, last - first + 1, first * bpc, min((last + 1) * bpc, block_length)
+
+
+def read_verified(
+    data_fd: int, data_at: int, sums_fd: int, sums_at: int, checksum: Checksum, block_length: int,
+    offset: int, length: int, what: str, *, nowait: bool = False,
+) -> bytes | bytearray:
+    """Exactly [offset, offset+length) of the block, every chunk it touches verified.
+
+    Raises ChecksumMismatch (naming `what`), ShortRead, WouldBlock (`nowait`) or OSError.
+    """
+    pread = pread_nowait if nowait else os.pread
+    first, count, start, end = chunk_span(offset, length, checksum.bytes_per_checksum, block_length)
+    sums = pread(sums_fd, 4 * count, sums_at + 4 * first) if checksum.size else b""
+    data = pread(data_fd, end - start, data_at + start)
+    if len(data) != end - start or len(sums) != checksum.size * count:
+        raise ShortRead(f"{what}: the local files end before block offset {end}")
+    checksum.verify(data, sums, start, what)
+    if offset == start and length == len(data):
+        return data
+    return data[offset - start : offset - start + length]

@@ -1,0 +1,483 @@
+"""Short-circuit local reads: a replica on this host's DataNode is read from its files with pread.
+
+Does I/O: UNIX domain sockets to local DataNodes, their shared-memory segments, and preads of
+the block and meta files they pass. The bytes of the ops live in `short_circuit_protocol`.
+
+    read(loc, block, token, offset, length)
+      -> is the DataNode local? its IP is this host's, and dfs.domain.socket.path (with _PORT =
+         its xfer port) is a socket whose directories only root or we can write
+      -> cached fds for (pool, block id, generation stamp) whose slot is still VALID?
+         no: claim a slot in the DataNode's segment (op 89 once per 128 slots; that connection
+             stays open, and the DataNode frees the segment when it closes), mark it VALID,
+             op 87 on a fresh connection: the block file and meta file fds by SCM_RIGHTS
+      -> localio.read_verified(): pread the chunks and their CRCs, verify every chunk
+    None means "read it over TCP": not local, refused, or the replica changed under its fds.
+
+Never stale: the DataNode clears a slot's VALID bit when it deletes, moves or uncaches the
+replica, and every read checks the bit first; a segment whose socket the DataNode closed
+(a restart) counts as all invalid. An append or truncate under cached fds (which keep the
+inode) shows as a file whose size is no longer the block's: those fds are dropped. Fds are
+cached for at most `capacity` blocks, least recently used first out; a dropped replica's slot
+goes back to the DataNode (op 88) before it is used again.
+
+Refusals are remembered: a DataNode that does not pass fds (short-circuit off there, no
+shared memory, a bad socket) is read over TCP for DISABLE_SECONDS, a block it would not pass
+for BLOCK_REFUSED_SECONDS. A refused block token is the caller's to refresh, as over TCP.
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import dataclasses
+import logging
+import mmap
+import os
+import socket
+from collections.abc import Callable
+
+import trio
+from google.protobuf.message import Message
+
+from hdfsfuse import short_circuit_protocol as scp
+from hdfsfuse.checksum import Checksum
+from hdfsfuse.dtp import InvalidBlockToken
+from hdfsfuse.errors import ChecksumMismatch, ConnectionLost
+from hdfsfuse.localio import ShortRead, WouldBlock, read_verified
+from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
+from hdfsfuse.stats import Stats
+from hdfsfuse.wire import NeedData, ProtocolError
+
+log = logging.getLogger(__name__)
+
+DISABLE_SECONDS = 600.0  # as the Java client's dfs.client.domain.socket.disable.interval.seconds
+BLOCK_REFUSED_SECONDS = 60.0
+INLINE_MAX = 128 * 1024  # larger reads pread and verify in a worker thread
+CAPACITY = 256  # blocks whose fds stay open (the Java client's streams cache size)
+_FDS_SPACE = socket.CMSG_SPACE(4 * array.array("i").itemsize)
+
+BlockKey = tuple[str, int, int]  # (pool, block id, generation stamp)
+
+
+class _Segment:
+    """One shared-memory segment of a DataNode: its slots, and the connection that keeps it."""
+
+    def __init__(self, sock: trio.socket.SocketType, shm_id: scp.ShmId, memory: mmap.mmap) -> None:
+        self.sock = sock
+        self.shm_id = shm_id
+        self.memory = memory
+        self.free = list(range(len(memory) // scp.SLOT_SIZE - 1, -1, -1))
+        self.disconnected = False  # the DataNode closed the segment: every slot is invalid
+
+    def claim(self) -> int | None:
+        if self.disconnected or not self.free:
+            return None
+        index = self.free.pop()
+        scp.SLOT_WORD.pack_into(self.memory, index * scp.SLOT_SIZE, scp.VALID)
+        return index
+
+    def valid(self, index: int) -> bool:
+        return not self.disconnected and scp.slot_is_valid(self.memory, index)
+
+    def give_back(self, index: int) -> None:
+        """The DataNode does not hold this slot (any more): it may be claimed again."""
+        scp.SLOT_WORD.pack_into(self.memory, index * scp.SLOT_SIZE, 0)
+        self.free.append(index)
+
+    async def watch(self) -> None:
+        """Mark the segment disconnected when the DataNode closes its connection."""
+        try:
+            await trio.lowlevel.wait_readable(self.sock)
+        except (trio.ClosedResourceError, OSError):
+            return
+        self.disconnected = True
+
+    def close(self) -> None:
+        self.disconnected = True
+        self.sock.close()
+        self.memory.close()
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class _LocalDataNode:
+    path: str  # its domain socket
+    address: str  # its xfer address, for messages
+    off_until: float = 0.0  # trio time: read over TCP until then
+    segments: list[_Segment] = dataclasses.field(default_factory=list)
+    segment_lock: trio.Lock = dataclasses.field(default_factory=trio.Lock)  # one new segment at a time
+    refused: dict[BlockKey, float] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class _Replica:
+    """A block's open files, as a local DataNode passed them, and the slot that guards them."""
+
+    key: BlockKey
+    data_fd: int
+    meta_fd: int
+    checksum: Checksum
+    length: int  # the finalized block's length: its file's size while unchanged
+    datanode: _LocalDataNode
+    segment: _Segment
+    slot: int
+    users: int = 0
+    dropped: bool = False
+
+    def usable(self) -> bool:
+        return self.segment.valid(self.slot)
+
+    def close_files(self) -> None:
+        os.close(self.data_fd)
+        os.close(self.meta_fd)
+
+
+class ShortCircuitReads:
+    """Short-circuit reads of one client: local DataNodes, their segments, and cached fds."""
+
+    def __init__(self, socket_pattern: str, client_name: str, *, timeout: float, stats: Stats,
+                 nursery: trio.Nursery, capacity: int = CAPACITY,
+                 is_local_ip: Callable[[str], bool] | None = None) -> None:
+        self.socket_pattern = socket_pattern
+        self.client_name = client_name
+        self.timeout = timeout
+        self.stats = stats
+        self.capacity = capacity
+        self._nursery = nursery
+        self._is_local_ip = is_local_ip or _is_local_ip
+        self._datanodes: dict[tuple[str, int], _LocalDataNode | None] = {}
+        self._replicas: collections.OrderedDict[BlockKey, _Replica] = collections.OrderedDict()
+        self._opening: dict[BlockKey, trio.Event] = {}
+        self._threads = trio.CapacityLimiter(4)
+        self._closed = False
+
+    # ----- reads ----------------------------------------------------------------------------------
+
+    async def read(self, loc: hdfs_pb2.DatanodeInfoProto, block: hdfs_pb2.ExtendedBlockProto,
+                   token: rpc_pb2.TokenProto, offset: int, length: int, what: str) -> bytes | bytearray | None:
+        """[offset, offset+length) of a finalized block from the local replica on `loc`, verified.
+
+        None: read it over TCP instead. Raises ChecksumMismatch (a corrupt local replica) and
+        InvalidBlockToken (refresh the token) as a TCP read would.
+        """
+        datanode = self._datanode(loc)
+        if datanode is None or datanode.off_until > trio.current_time():
+            return None
+        key = (block.poolId, block.blockId, block.generationStamp)
+        replica = self._replicas.get(key)
+        if replica is not None and not replica.usable():
+            self.stats.short_circuit_invalidated += 1
+            log.debug("%s: the DataNode invalidated its short-circuit slot; asking for its files again", what)
+            self._drop(replica)
+            replica = None
+        if replica is None:
+            replica = await self._open(datanode, key, block, token, what)
+            if replica is None:
+                self.stats.short_circuit_fallbacks += 1
+                return None
+        else:
+            self._replicas.move_to_end(key)
+        what = f"{what} (local replica)"
+        replica.users += 1
+        try:
+            args = (replica.data_fd, 0, replica.meta_fd, scp.META_HEADER.size, replica.checksum, replica.length,
+                    offset, length, what)
+            try:
+                if length > INLINE_MAX:
+                    raise WouldBlock
+                data = read_verified(*args, nowait=True)
+            except WouldBlock:
+                data = await trio.to_thread.run_sync(read_verified, *args, limiter=self._threads)
+        except (ShortRead, ChecksumMismatch) as e:
+            if self._changed(replica):  # an append rewrote the last chunk's CRC, or a truncate
+                self.stats.short_circuit_invalidated += 1
+                log.info("%s changed under its short-circuit files; reading it over TCP", what)
+                self._drop(replica)
+                self.stats.short_circuit_fallbacks += 1
+                return None
+            if isinstance(e, ShortRead):
+                raise ChecksumMismatch(str(e)) from None
+            raise
+        except OSError as e:
+            log.warning("%s: %s; reading it over TCP", what, e)
+            self._drop(replica)
+            self.stats.short_circuit_fallbacks += 1
+            return None
+        finally:
+            replica.users -= 1
+            if replica.dropped and replica.users == 0:
+                replica.close_files()
+        self.stats.short_circuit_reads += 1
+        self.stats.short_circuit_bytes += len(data)
+        return data
+
+    @staticmethod
+    def _changed(replica: _Replica) -> bool:
+        try:
+            return os.fstat(replica.data_fd).st_size != replica.length
+        except OSError:
+            return True
+
+    # ----- which DataNodes are local ----------------------------------------------------------------
+
+    def _datanode(self, loc: hdfs_pb2.DatanodeInfoProto) -> _LocalDataNode | None:
+        ident = (loc.id.ipAddr, loc.id.xferPort)
+        try:
+            return self._datanodes[ident]
+        except KeyError:
+            pass
+        datanode = None
+        address = f"{loc.id.ipAddr}:{loc.id.xferPort}"
+        if self._is_local_ip(loc.id.ipAddr):
+            path = scp.socket_path(self.socket_pattern, loc.id.xferPort)
+            try:
+                unsafe = scp.unsafe_socket_path(path, os.stat, os.geteuid())
+            except OSError as e:
+                unsafe = f"{e.filename}: {e.strerror}"
+            if unsafe is None and os.path.exists(path):
+                datanode = _LocalDataNode(path, address)
+                log.info("DataNode %s is local: short-circuit reads over %s", address, path)
+            elif unsafe is not None and os.path.exists(path):
+                log.warning("DataNode %s: not using its socket for short-circuit reads: %s "
+                            "(dfs.domain.socket.path)", address, unsafe)
+        self._datanodes[ident] = datanode
+        return datanode
+
+    # ----- opening a replica's files ----------------------------------------------------------------
+
+    async def _open(self, datanode: _LocalDataNode, key: BlockKey, block: hdfs_pb2.ExtendedBlockProto,
+                    token: rpc_pb2.TokenProto, what: str) -> _Replica | None:
+        refused_until = datanode.refused.get(key)
+        if refused_until is not None:
+            if refused_until > trio.current_time():
+                return None
+            del datanode.refused[key]
+        opening = self._opening.get(key)
+        if opening is not None:  # another reader is asking for these files: share its answer
+            await opening.wait()
+            return self._replicas.get(key)
+        opening = self._opening[key] = trio.Event()
+        try:
+            return await self._request(datanode, key, block, token, what)
+        finally:
+            del self._opening[key]
+            opening.set()
+
+    async def _request(self, datanode: _LocalDataNode, key: BlockKey, block: hdfs_pb2.ExtendedBlockProto,
+                       token: rpc_pb2.TokenProto, what: str) -> _Replica | None:
+        segment: _Segment | None = None
+        slot: int | None = None
+        try:
+            segment, slot = await self._claim_slot(datanode)
+            self.stats.short_circuit_fd_requests += 1
+            request = scp.encode_fds_request(block, token, scp.SlotId(segment.shm_id, slot))
+            data_fd, meta_fd = await self._ask_for_fds(datanode, request, what)
+        except scp.ShortCircuitRefused as e:
+            if segment is not None and slot is not None:
+                segment.give_back(slot)  # a clean refusal: the DataNode unregistered the slot
+            self._refuse(datanode, key, str(e))
+            return None
+        except InvalidBlockToken:
+            if segment is not None and slot is not None:
+                segment.give_back(slot)
+            raise
+        except (scp.ShortCircuitUnsupported, ProtocolError, ConnectionLost, OSError, trio.TooSlowError) as e:
+            # After a broken exchange the slot's state on the DataNode is unknown: never reuse it.
+            if isinstance(e, scp.ShortCircuitUnsupported) and segment is not None and slot is not None:
+                segment.give_back(slot)
+            datanode.off_until = trio.current_time() + DISABLE_SECONDS
+            reason = "no answer within the timeout" if isinstance(e, trio.TooSlowError) else str(e)
+            log.warning("DataNode %s: short-circuit reads failed (%s); reading from it over TCP for %gs",
+                        datanode.address, reason, DISABLE_SECONDS)
+            return None
+        # The DataNode holds the slot now: files we cannot use hand it back with op 88.
+        try:
+            checksum = scp.checksum_of_meta(os.pread(meta_fd, scp.META_HEADER.size, 0), what)
+            size = os.fstat(data_fd).st_size
+            if size != block.numBytes:
+                raise ProtocolError(f"{what}: its local file holds {size} bytes, the block {block.numBytes}")
+        except (ProtocolError, OSError) as e:
+            _close_all([data_fd, meta_fd])
+            self._nursery.start_soon(self._release, datanode, segment, slot)
+            self._refuse(datanode, key, str(e))
+            return None
+        replica = _Replica(key, data_fd, meta_fd, checksum, block.numBytes, datanode, segment, slot)
+        self._replicas[key] = replica
+        while len(self._replicas) > self.capacity:
+            self._drop(next(iter(self._replicas.values())))
+        return replica
+
+    @staticmethod
+    def _refuse(datanode: _LocalDataNode, key: BlockKey, why: str) -> None:
+        datanode.refused[key] = trio.current_time() + BLOCK_REFUSED_SECONDS
+        log.info("%s; reading it over TCP for %gs", why, BLOCK_REFUSED_SECONDS)
+
+    async def _claim_slot(self, datanode: _LocalDataNode) -> tuple[_Segment, int]:
+        async with datanode.segment_lock:  # readers arriving together share one new segment
+            for segment in datanode.segments:
+                slot = segment.claim()
+                if slot is not None:
+                    return segment, slot
+            datanode.segments = [s for s in datanode.segments if not s.disconnected]
+            segment = await self._new_segment(datanode)
+            datanode.segments.append(segment)
+            slot = segment.claim()
+            if slot is None:
+                raise scp.ShortCircuitUnsupported(f"DataNode {datanode.address} gave a segment with no slots")
+            return segment, slot
+
+    async def _new_segment(self, datanode: _LocalDataNode) -> _Segment:
+        """Op 89: a shared-memory segment; its connection stays open for the segment's life."""
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        fds: list[int] = []
+        try:
+            with trio.fail_after(self.timeout):
+                await sock.connect(datanode.path)
+                await _send_all(sock, scp.encode_shm_request(self.client_name))
+                reply = datatransfer_pb2.ShortCircuitShmResponseProto()
+                rest = await _receive_reply(sock, reply, fds, datanode.address)
+                shm_id = scp.check_shm_reply(reply, f"DataNode {datanode.address}")
+                await _receive_fds(sock, rest, fds, 1, datanode.address)
+            size = os.fstat(fds[0]).st_size // scp.SLOT_SIZE * scp.SLOT_SIZE
+            if size == 0:
+                raise ProtocolError(f"DataNode {datanode.address} passed an empty shared-memory segment")
+            memory = mmap.mmap(fds[0], size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            sock.close()
+            raise
+        finally:
+            _close_all(fds)  # the mapping stays; the fd is not needed
+        segment = _Segment(sock, shm_id, memory)
+        self._nursery.start_soon(segment.watch)
+        self.stats.short_circuit_segments += 1
+        return segment
+
+    async def _ask_for_fds(self, datanode: _LocalDataNode, request: bytes, what: str) -> tuple[int, int]:
+        """Op 87 on a fresh connection: [block file fd, meta file fd], or the refusal raised."""
+        fds: list[int] = []
+        with trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            try:
+                with trio.fail_after(self.timeout):
+                    await sock.connect(datanode.path)
+                    await _send_all(sock, request)
+                    reply = datatransfer_pb2.BlockOpResponseProto()
+                    rest = await _receive_reply(sock, reply, fds, datanode.address)
+                    scp.check_fds_reply(reply, what)
+                    rest = await _receive_fds(sock, rest, fds, 2, datanode.address)
+                    if rest[0] == scp.USE_RECEIPT_VERIFICATION:
+                        await _send_all(sock, b"\x00")
+            except BaseException:
+                _close_all(fds)
+                raise
+        return fds[0], fds[1]
+
+    # ----- dropping cached fds ----------------------------------------------------------------------
+
+    def _drop(self, replica: _Replica) -> None:
+        """Forget a replica's files (closed once no read uses them) and hand its slot back."""
+        if replica.dropped:
+            return
+        replica.dropped = True
+        self._replicas.pop(replica.key, None)
+        if replica.users == 0:
+            replica.close_files()
+        if not replica.segment.disconnected and not self._closed:
+            self._nursery.start_soon(self._release, replica.datanode, replica.segment, replica.slot)
+
+    async def _release(self, datanode: _LocalDataNode, segment: _Segment, slot: int) -> None:
+        """Op 88: the DataNode unregisters the slot; only then may it be claimed again."""
+        try:
+            with trio.fail_after(self.timeout), trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                await sock.connect(datanode.path)
+                await _send_all(sock, scp.encode_release(scp.SlotId(segment.shm_id, slot)))
+                reply = datatransfer_pb2.ReleaseShortCircuitAccessResponseProto()
+                await _receive_reply(sock, reply, [], datanode.address)
+        except (OSError, ProtocolError, ConnectionLost, trio.TooSlowError) as e:  # a background task: never escape
+            log.debug("DataNode %s: releasing short-circuit slot %d failed: %s", datanode.address, slot, e)
+            return
+        if reply.status == scp.Status.SUCCESS and not segment.disconnected:
+            segment.give_back(slot)
+        else:
+            log.debug("DataNode %s kept short-circuit slot %d: %s", datanode.address, slot, reply.error)
+
+    def close(self) -> None:
+        """Close every cached file and segment (the DataNodes then free their slots)."""
+        self._closed = True
+        for replica in list(self._replicas.values()):
+            self._drop(replica)
+        for datanode in self._datanodes.values():
+            for segment in datanode.segments if datanode is not None else ():
+                segment.close()
+
+    def snapshot(self) -> dict[str, int]:
+        return {"open_blocks": len(self._replicas)}
+
+
+# ----- socket helpers -----------------------------------------------------------------------------
+
+
+async def _send_all(sock: trio.socket.SocketType, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[await sock.send(view):]
+
+
+async def _receive(sock: trio.socket.SocketType, fds: list[int], address: str) -> bytes:
+    """Some bytes, keeping every fd that arrives with them (a plain recv would drop them)."""
+    data, ancillary, flags, _ = await sock.recvmsg(4096, _FDS_SPACE)
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(array.array("i", payload[: len(payload) - len(payload) % 4]))
+    if flags & socket.MSG_CTRUNC:
+        raise ProtocolError(f"DataNode {address} passed more file descriptors than asked for")
+    if not data:
+        raise ConnectionLost(f"DataNode {address} closed its domain socket before answering")
+    return data
+
+
+async def _receive_reply(sock: trio.socket.SocketType, reply: Message, fds: list[int], address: str) -> bytes:
+    """One varint-delimited reply parsed into `reply`; returns the bytes that came after it."""
+    buf = bytearray()
+    while True:
+        try:
+            end = scp.parse_reply(buf, reply)
+            return bytes(buf[end:])
+        except NeedData:
+            buf += await _receive(sock, fds, address)
+
+
+async def _receive_fds(sock: trio.socket.SocketType, rest: bytes, fds: list[int], count: int, address: str) -> bytes:
+    """Wait for the byte that carries `count` fds; returns the bytes from it on."""
+    while not rest or len(fds) < count:
+        if rest and len(fds) < count:
+            raise ProtocolError(f"DataNode {address} sent {len(fds)} file descriptors, expected {count}")
+        rest += await _receive(sock, fds, address)
+    if len(fds) != count:
+        raise ProtocolError(f"DataNode {address} sent {len(fds)} file descriptors, expected {count}")
+    return rest
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
+
+
+_local_ips: dict[str, bool] = {}
+
+
+def _is_local_ip(ip: str) -> bool:
+    """Whether `ip` is one of this host's addresses (a socket can bind to it)."""
+    known = _local_ips.get(ip)
+    if known is None:
+        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as probe:
+                probe.bind((ip, 0))
+            known = True
+        except OSError:
+            known = False
+        _local_ips[ip] = known
+    return known
