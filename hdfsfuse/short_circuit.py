@@ -6,7 +6,7 @@ the block and meta files they pass. The bytes of the ops live in `short_circuit_
     read(loc, block, token, offset, length)
       -> is the DataNode local? its IP is this host's, and dfs.domain.socket.path (with _PORT =
          its xfer port) is a socket whose directories only root or we can write
-      -> cached fds for (pool, block id, generation stamp) whose slot is still VALID?
+      -> cached fds for (DataNode, pool, block id, generation stamp) whose slot is still VALID?
          no: claim a slot in the DataNode's segment (op 89 once per 128 slots; that connection
              stays open, and the DataNode frees the segment when it closes), mark it VALID,
              op 87 on a fresh connection: the block file and meta file fds by SCM_RIGHTS
@@ -56,7 +56,7 @@ INLINE_MAX = 128 * 1024  # larger reads pread and verify in a worker thread
 CAPACITY = 256  # blocks whose fds stay open (the Java client's streams cache size)
 _FDS_SPACE = socket.CMSG_SPACE(4 * array.array("i").itemsize)
 
-BlockKey = tuple[str, int, int]  # (pool, block id, generation stamp)
+ReplicaKey = tuple[str, str, int, int]  # (DataNode socket, pool, block id, generation stamp)
 
 
 class _Segment:
@@ -105,14 +105,14 @@ class _LocalDataNode:
     off_until: float = 0.0  # trio time: read over TCP until then
     segments: list[_Segment] = dataclasses.field(default_factory=list)
     segment_lock: trio.Lock = dataclasses.field(default_factory=trio.Lock)  # one new segment at a time
-    refused: dict[BlockKey, float] = dataclasses.field(default_factory=dict)
+    refused: dict[ReplicaKey, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(eq=False, slots=True)
 class _Replica:
     """A block's open files, as a local DataNode passed them, and the slot that guards them."""
 
-    key: BlockKey
+    key: ReplicaKey
     data_fd: int
     meta_fd: int
     checksum: Checksum
@@ -145,8 +145,8 @@ class ShortCircuitReads:
         self._nursery = nursery
         self._is_local_ip = is_local_ip or _is_local_ip
         self._datanodes: dict[tuple[str, int], _LocalDataNode | None] = {}
-        self._replicas: collections.OrderedDict[BlockKey, _Replica] = collections.OrderedDict()
-        self._opening: dict[BlockKey, trio.Event] = {}
+        self._replicas: collections.OrderedDict[ReplicaKey, _Replica] = collections.OrderedDict()
+        self._opening: dict[ReplicaKey, trio.Event] = {}
         self._threads = trio.CapacityLimiter(4)
         self._closed = False
 
@@ -160,9 +160,12 @@ class ShortCircuitReads:
         InvalidBlockToken (refresh the token) as a TCP read would.
         """
         datanode = self._datanode(loc)
-        if datanode is None or datanode.off_until > trio.current_time():
+        if datanode is None:
             return None
-        key = (block.poolId, block.blockId, block.generationStamp)
+        if datanode.off_until > trio.current_time():
+            self.stats.short_circuit_fallbacks += 1
+            return None
+        key = (datanode.path, block.poolId, block.blockId, block.generationStamp)
         replica = self._replicas.get(key)
         if replica is not None and not replica.usable():
             self.stats.short_circuit_invalidated += 1
@@ -194,6 +197,7 @@ class ShortCircuitReads:
                 self._drop(replica)
                 self.stats.short_circuit_fallbacks += 1
                 return None
+            self._drop(replica)  # a corrupt replica: the caller reports it and reads another
             if isinstance(e, ShortRead):
                 raise ChecksumMismatch(str(e)) from None
             raise
@@ -208,6 +212,7 @@ class ShortCircuitReads:
                 replica.close_files()
         self.stats.short_circuit_reads += 1
         self.stats.short_circuit_bytes += len(data)
+        self.stats.short_circuit_by_datanode[datanode.address] += 1
         return data
 
     @staticmethod
@@ -244,7 +249,7 @@ class ShortCircuitReads:
 
     # ----- opening a replica's files ----------------------------------------------------------------
 
-    async def _open(self, datanode: _LocalDataNode, key: BlockKey, block: hdfs_pb2.ExtendedBlockProto,
+    async def _open(self, datanode: _LocalDataNode, key: ReplicaKey, block: hdfs_pb2.ExtendedBlockProto,
                     token: rpc_pb2.TokenProto, what: str) -> _Replica | None:
         refused_until = datanode.refused.get(key)
         if refused_until is not None:
@@ -262,7 +267,7 @@ class ShortCircuitReads:
             del self._opening[key]
             opening.set()
 
-    async def _request(self, datanode: _LocalDataNode, key: BlockKey, block: hdfs_pb2.ExtendedBlockProto,
+    async def _request(self, datanode: _LocalDataNode, key: ReplicaKey, block: hdfs_pb2.ExtendedBlockProto,
                        token: rpc_pb2.TokenProto, what: str) -> _Replica | None:
         segment: _Segment | None = None
         slot: int | None = None
@@ -307,7 +312,7 @@ class ShortCircuitReads:
         return replica
 
     @staticmethod
-    def _refuse(datanode: _LocalDataNode, key: BlockKey, why: str) -> None:
+    def _refuse(datanode: _LocalDataNode, key: ReplicaKey, why: str) -> None:
         datanode.refused[key] = trio.current_time() + BLOCK_REFUSED_SECONDS
         log.info("%s; reading it over TCP for %gs", why, BLOCK_REFUSED_SECONDS)
 

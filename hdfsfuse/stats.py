@@ -39,6 +39,7 @@ class Stats:
     short_circuit_fallbacks: int = 0  # reads of a local replica that went over TCP instead
     short_circuit_invalidated: int = 0  # cached local files dropped: the replica was deleted, moved or changed
     short_circuit_fd_requests: int = 0
+    short_circuit_by_datanode: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     short_circuit_segments: int = 0
     files_changed: int = 0  # reads refused because an open file was replaced, truncated or deleted
     cache_hits: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -88,6 +89,7 @@ def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failove
         "short_circuit_fallbacks": stats.short_circuit_fallbacks,
         "short_circuit_invalidated": stats.short_circuit_invalidated,
         "short_circuit_fd_requests": stats.short_circuit_fd_requests,
+        "short_circuit_by_datanode": dict(sorted(stats.short_circuit_by_datanode.items())),
         "short_circuit_segments": stats.short_circuit_segments,
         "files_changed": stats.files_changed,
         "namenode_failovers": namenode_failovers,
@@ -130,6 +132,7 @@ _HELP = {
     "short_circuit_fallbacks": "Reads of a local replica that went over TCP (short-circuit refused or failed).",
     "short_circuit_invalidated": "Cached local block files dropped because the replica was deleted, moved or changed.",
     "short_circuit_fd_requests": "Block and meta file descriptors asked of local DataNodes.",
+    "short_circuit_by_datanode": "Short-circuit reads by the local DataNode whose files served them.",
     "short_circuit_segments": "Shared-memory slot segments asked of local DataNodes.",
     "files_changed": "Reads refused because the open file was replaced, truncated or deleted.",
     "namenode_failovers": "Switches to another NameNode.",
@@ -141,7 +144,8 @@ _HELP = {
 }
 _GAUGES = ("uptime_seconds", "amplification", "datanode_latency_ms", "block_cache_used_bytes")
 _LABELS = {"namenode_rpcs": "method", "namenode_rpcs_by_role": "role", "cache_hits": "cache", "cache_misses": "cache",
-           "datanode_latency_ms": "datanode", "datanode_sasl_handshakes": "layer"}
+           "datanode_latency_ms": "datanode", "datanode_sasl_handshakes": "layer",
+           "short_circuit_by_datanode": "datanode"}
 
 
 def prometheus(snap: dict[str, object]) -> str:

@@ -440,6 +440,11 @@ class MiniDfs:
         return str(self.command("add_ec_policy", codec=codec, data=data, parity=parity,
                                 cell_size=cell_size)["name"])
 
+    def process_invalidations(self) -> int:
+        """Send the DataNodes the deletions of removed files' replicas now; returns how many
+        blocks were scheduled (the launcher otherwise holds them for an hour)."""
+        return int(self.command("process_invalidations")["blocks"])
+
     def set_short_circuit(self, xfer: str, enabled: bool) -> None:
         """Restart the DataNode at `xfer` with short-circuit reads on or off (off: it keeps its
         domain socket but refuses file descriptors)."""

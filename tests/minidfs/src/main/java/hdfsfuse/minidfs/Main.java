@@ -492,6 +492,14 @@ public final class Main {
         r.set("datanodes", datanodes());
         break;
       }
+      case "process_invalidations": {
+        // Deleted files' replicas go to the DataNodes now rather than at the next redundancy
+        // monitor run (which this launcher slows to an hour so corrupt replicas stay put).
+        r.put("blocks", org.apache.hadoop.hdfs.server.blockmanagement.BlockManagerTestUtil
+            .computeInvalidationWork(cluster.getNamesystem(activeNameNode()).getBlockManager()));
+        cluster.triggerHeartbeats();
+        break;
+      }
       case "set_short_circuit": setShortCircuit(text(cmd, "xfer"), cmd.get("enabled").asBoolean(), r); break;
       case "corrupt_replica": corruptReplica(cmd, r); break;
       case "corrupt_replicas": corruptReplicas(text(cmd, "path"), r); break;
@@ -840,7 +848,10 @@ public final class Main {
     MiniDFSCluster.DataNodeProperties p = cluster.stopDataNode(index);
     java.lang.reflect.Field confField = MiniDFSCluster.DataNodeProperties.class.getDeclaredField("conf");
     confField.setAccessible(true);
-    ((Configuration) confField.get(p)).setBoolean("dfs.client.read.shortcircuit", enabled);
+    Configuration dnConf = (Configuration) confField.get(p);
+    dnConf.setBoolean("dfs.client.read.shortcircuit", enabled);
+    // Without either key the DataNode would not open its domain socket at all.
+    dnConf.setBoolean("dfs.client.domain.socket.data.traffic", !enabled);
     cluster.restartDataNode(p, true);
     cluster.waitDatanodeFullyStarted(cluster.getDataNodes().get(dataNodeIndex(xfer)), 60_000);
     r.put("xfer", xfer);

@@ -1,0 +1,338 @@
+"""Short-circuit local reads on a real --short-circuit cluster: through the mount (exact, local,
+never another file's bytes, corrupt replicas caught, fallback), block tokens, blocks being
+written, untrusted socket paths, and fake DataNode sockets that hang or send garbage."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from hdfsfuse.proto import hdfs_pb2, rpc_pb2
+from hdfsfuse.short_circuit import ShortCircuitReads
+from hdfsfuse.stats import Stats
+from tests.conftest import random_bytes, wait_until
+from tests.minidfs import ClusterOptions, MiniDfs, _trusted_socket_base, short_circuit_unavailable
+from tests.mounting import Mount
+from tests.test_reader import client_for, conf_with
+
+MiB = 1 << 20
+FRESH = "entry_timeout=0,attr_timeout=0,negative_timeout=0"
+UNAVAILABLE = short_circuit_unavailable()
+pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"short-circuit cluster: {UNAVAILABLE}")
+
+
+@pytest.fixture(scope="module")
+def sc_cluster() -> Iterator[MiniDfs]:
+    """Three DataNodes with domain sockets, block tokens on."""
+    with MiniDfs(ClusterOptions(short_circuit=True, block_tokens=True)) as c:
+        yield c
+
+
+@pytest.fixture
+def sc_dir(sc_cluster: MiniDfs, request: pytest.FixtureRequest) -> str:
+    path = "/sc/" + request.node.name.replace("[", "_").replace("]", "_")
+    sc_cluster.delete(path)
+    sc_cluster.mkdir(path)
+    return path
+
+
+def _stats(mount: Mount) -> dict[str, object]:
+    return json.loads(os.getxattr(mount.dir, "user.hdfsfuse.stats"))
+
+
+def _preads(path: str, data: bytes, count: int, seed: int) -> None:
+    rng = random.Random(seed)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _ in range(count):
+            off = rng.randrange(len(data))
+            n = rng.choice([1, 512, 4096, 70_000, 300_000])
+            assert os.pread(fd, n, off) == data[off : off + n]
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("mode", ["page_cache", "direct_io"])
+def test_mount_reads_are_exact_and_never_touch_the_network(sc_cluster: MiniDfs, sc_dir: str, mount, mode: str,  # type: ignore[no-untyped-def]
+                                                           tmp_path: Path) -> None:
+    data = random_bytes(5 * MiB + 4321, seed=1700)
+    (tmp_path / "src").write_bytes(data)
+    sc_cluster.put(tmp_path / "src", f"{sc_dir}/f")
+    m = mount(sc_cluster, *(["direct_io"] if mode == "direct_io" else []))
+    before = sc_cluster.metrics_total()
+    with sc_cluster.wire() as wire:
+        subprocess.run(["cmp", str(tmp_path / "src"), m.path(f"{sc_dir}/f")], check=True)
+        dd = subprocess.run(["dd", f"if={m.path(f'{sc_dir}/f')}", "bs=1M", "skip=2", "count=2", "status=none"],
+                            capture_output=True, check=True)
+        assert dd.stdout == data[2 * MiB : 4 * MiB]
+        _preads(m.path(f"{sc_dir}/f"), data, 300, seed=1)
+    after = sc_cluster.metrics_total()
+    assert after["BytesRead"] == before["BytesRead"]  # no DataNode streamed a byte
+    assert wire.bytes == 0  # and nothing left their xfer ports
+    stats = _stats(m)
+    assert stats["short_circuit_bytes"] >= len(data)  # type: ignore[operator]
+    assert stats["short_circuit_fallbacks"] == 0 and stats["checksum_failures"] == 0
+    assert stats["dtp_read_ops"] == 0
+    # Once per block and DataNode: every replica is local here, and each open may start at another.
+    assert 6 <= stats["short_circuit_fd_requests"] <= 6 * 3  # type: ignore[operator]
+
+
+def test_a_replaced_file_under_an_open_fd_gives_old_bytes_or_eio(sc_cluster: MiniDfs, sc_dir: str, mount) -> None:  # type: ignore[no-untyped-def]
+    path = f"{sc_dir}/f"
+    old = sc_cluster.put_bytes(random_bytes(2 * MiB + 100, seed=1701), path)
+    m = mount(sc_cluster, "direct_io", FRESH)
+    fd = os.open(m.path(path), os.O_RDONLY)
+    try:
+        assert os.pread(fd, len(old), 0) == old  # the local files of both blocks are open now
+        sc_cluster.delete(path)
+        new = sc_cluster.put_bytes(random_bytes(len(old), seed=1702), path)
+        assert new != old
+        rng = random.Random(3)
+        assert os.pread(fd, 4096, 5000) == old[5000:9096]  # the DataNodes still hold the old replicas
+
+        sc_cluster.process_invalidations()  # now they delete them, and clear our slots
+
+        def refused() -> bool:
+            off = rng.randrange(len(old) - 4096)
+            try:
+                got = os.pread(fd, 4096, off)
+            except OSError as e:
+                assert e.errno == errno.EIO
+                return True
+            assert got == old[off : off + 4096], "an open fd returned bytes that are not its file's"
+            return False
+
+        wait_until(refused, "the open fd kept reading a deleted file")
+    finally:
+        os.close(fd)
+    stats = _stats(m)
+    assert stats["short_circuit_invalidated"] >= 1  # type: ignore[operator]  # the DataNode cleared the slot
+    with open(m.path(path), "rb") as f:  # a new open reads the new file, locally
+        assert f.read() == new
+
+
+def test_a_corrupt_local_replica_is_caught_reported_and_read_elsewhere(sc_cluster: MiniDfs, sc_dir: str,  # type: ignore[no-untyped-def]
+                                                                        mount) -> None:
+    path = f"{sc_dir}/f"
+    data = sc_cluster.put_bytes(random_bytes(700_000, seed=1703), path)  # one block
+    m = mount(sc_cluster, "direct_io")
+    _preads(m.path(path), data, 20, seed=4)
+    served = _stats(m)["short_circuit_by_datanode"]
+    assert len(served) == 1  # type: ignore[arg-type]
+    (first,) = served  # type: ignore[misc]
+    sc_cluster.corrupt_replica(path, 0, first, offset=300_000)  # its file, in place: our open fds see it
+
+    with open(m.path(path), "rb") as f:
+        assert f.read() == data
+    stats = _stats(m)
+    assert stats["checksum_failures"] == 1
+    assert set(stats["short_circuit_by_datanode"]) - {first}  # type: ignore[arg-type]  # another replica, locally
+    wait_until(lambda: _stats(m)["bad_block_reports"] == 1, "the corrupt replica was never reported")
+    assert f"reported corrupt replica(s) of block {sc_cluster.blocks(path)[0]['block_id']} on {first}" in m.log_text()
+    wait_until(lambda: sc_cluster.corrupt_replicas(path) == [1], "the NameNode never marked the replica corrupt")
+
+
+def test_a_datanode_with_short_circuit_off_is_read_over_tcp(fresh_cluster, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    c: MiniDfs = fresh_cluster(datanodes=1, short_circuit=True)
+    (xfer,) = [dn["xfer"] for dn in c.datanodes]
+    data = c.put_bytes(random_bytes(3 * MiB + 7, seed=1704), "/f")
+    c.set_short_circuit(xfer, False)  # it keeps its socket but refuses fds
+    assert os.path.exists(c.domain_sockets[0])
+    m = mount(c, "direct_io")
+    with c.wire() as wire:  # (the restarted DataNode's own BytesRead is not reported reliably)
+        assert Path(m.path("/f")).read_bytes() == data
+        _preads(m.path("/f"), data, 50, seed=5)
+    assert wire.bytes >= len(data)
+    stats = _stats(m)
+    assert stats["short_circuit_reads"] == 0
+    assert stats["short_circuit_fallbacks"] >= 1  # type: ignore[operator]
+    assert stats["short_circuit_fd_requests"] == 1  # refused once, remembered
+    assert "short-circuit reads failed" in m.log_text() and "File descriptor passing" in m.log_text()
+
+
+async def test_block_tokens_are_enforced_on_the_domain_socket(sc_cluster: MiniDfs, sc_dir: str) -> None:
+    data = sc_cluster.put_bytes(random_bytes(300_000, seed=1705), f"{sc_dir}/t")
+    before = sc_cluster.metrics_total()
+    async with client_for(sc_cluster) as client:
+        f = await client.open(f"{sc_dir}/t")
+        assert f.blocks[0].blockToken.identifier
+        f.blocks[0].blockToken.password = b"forged" * 4  # the DataNode must refuse it...
+        f.forget_plans()
+        assert bytes(await client.read_range(f, 1000, 5000)) == data[1000:6000]
+        assert client.stats.token_refreshes == 1  # ...and the client fetches a real one
+        assert client.stats.short_circuit_fd_requests == 2
+        assert client.stats.short_circuit_reads == 1 and client.stats.short_circuit_fallbacks == 0
+    assert sc_cluster.metrics_total()["BytesRead"] == before["BytesRead"]
+
+
+async def test_a_block_being_written_is_read_over_tcp(sc_cluster: MiniDfs, sc_dir: str, tmp_path: Path) -> None:
+    path = f"{sc_dir}/w"
+    first = sc_cluster.put_bytes(random_bytes(MiB + 1000, seed=1706), path)
+    extra = random_bytes(200_000, seed=1707)
+    (tmp_path / "extra").write_bytes(extra)
+    sc_cluster.append_open(path, tmp_path / "extra")  # hflushed, left open: the last block is being written
+    try:
+        before = sc_cluster.metrics_total()
+        async with client_for(sc_cluster) as client:
+            f = await client.open(path)
+            assert f.under_construction
+            assert bytes(await client.read_range(f, 0, len(first) + len(extra))) == first + extra
+            assert client.stats.short_circuit_bytes == MiB  # the finalized first block
+        grown = sc_cluster.metrics_total()["BytesRead"] - before["BytesRead"]
+        assert len(first) + len(extra) - MiB <= grown < MiB  # the block being written, over TCP
+    finally:
+        sc_cluster.append_close(path)
+
+
+async def test_short_circuit_off_and_untrusted_socket_paths_read_over_tcp(sc_cluster: MiniDfs, sc_dir: str,
+                                                                         tmp_path: Path) -> None:
+    data = sc_cluster.put_bytes(random_bytes(100_000, seed=1708), f"{sc_dir}/o")
+    async with client_for(sc_cluster, short_circuit=False) as client:
+        assert client.short_circuit is None
+        assert bytes(await client.read_range(f"{sc_dir}/o", 0, len(data))) == data
+        assert client.stats.short_circuit_reads == 0 and client.stats.dtp_read_ops == 1
+    # The same sockets, reached through a world-writable directory (/tmp): anyone could have
+    # put a fake DataNode there, so the client will not take file descriptors from it.
+    link = tmp_path / "sockets"
+    link.symlink_to(Path(sc_cluster.domain_sockets[0]).parent)
+    conf = conf_with(sc_cluster, tmp_path, "dfs.domain.socket.path", f"{link}/dn._PORT")
+    async with client_for(sc_cluster, conf_dir=conf) as client:
+        assert bytes(await client.read_range(f"{sc_dir}/o", 0, len(data))) == data
+        assert client.stats.short_circuit_reads == 0 and client.stats.short_circuit_fd_requests == 0
+        assert client.stats.dtp_read_ops == 1
+
+
+# ----- fake DataNode sockets: what a real DataNode will not do on demand -----------------------------
+
+
+def _loc(port: int) -> hdfs_pb2.DatanodeInfoProto:
+    return hdfs_pb2.DatanodeInfoProto(id=hdfs_pb2.DatanodeIDProto(
+        ipAddr="127.0.0.1", hostName="localhost", datanodeUuid="fake", xferPort=port, infoPort=0, ipcPort=0))
+
+
+BLOCK = hdfs_pb2.ExtendedBlockProto(poolId="BP-1", blockId=1, generationStamp=1, numBytes=100)
+
+
+@pytest.mark.parametrize("behaviour", ["hang", "garbage", "no_fds"])
+async def test_a_fake_datanode_socket_never_hangs_a_read(behaviour: str) -> None:
+    base = Path(_trusted_socket_base())
+    directory = Path(os.path.realpath(base)) / f"fake-{os.getpid()}-{behaviour}"
+    directory.mkdir(mode=0o755, exist_ok=True)
+    path = directory / "dn.4242"
+    connections = 0
+
+    async def serve(sock: trio.socket.SocketType) -> None:
+        nonlocal connections
+        connections += 1
+        with sock:
+            await sock.recv(4096)
+            if behaviour == "garbage":
+                await sock.send(b"\x05\xff\xff\xff\xff\xff")
+            elif behaviour == "no_fds":  # SUCCESS for a shm request, and a byte with no fd on it
+                await sock.send(b"\x08\x08\x00\x1a\x04\x08\x01\x10\x02" + b"\x00")
+            await trio.sleep_forever()
+
+    listener = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    try:
+        await listener.bind(str(path))
+        listener.listen()
+        async with trio.open_nursery() as nursery:
+            async def accept_forever() -> None:
+                while True:
+                    conn, _ = await listener.accept()
+                    nursery.start_soon(serve, conn)
+
+            nursery.start_soon(accept_forever)
+            stats = Stats()
+            reads = ShortCircuitReads(str(directory / "dn._PORT"), "c", timeout=0.5, stats=stats, nursery=nursery)
+            with trio.fail_after(5):
+                assert await reads.read(_loc(4242), BLOCK, rpc_pb2.TokenProto(), 0, 10, "blk") is None
+                assert await reads.read(_loc(4242), BLOCK, rpc_pb2.TokenProto(), 0, 10, "blk") is None
+            assert connections == 1  # the failure is remembered: the second read did not ask
+            assert stats.short_circuit_fallbacks == 2 and stats.short_circuit_reads == 0
+            reads.close()
+            nursery.cancel_scope.cancel()
+    finally:
+        listener.close()
+        path.unlink(missing_ok=True)
+        directory.rmdir()
+
+
+async def test_an_append_under_open_local_files_reads_the_old_range_exactly(sc_cluster: MiniDfs, sc_dir: str,
+                                                                          tmp_path: Path) -> None:
+    """An append reopens the finalized replica in place (same inode, new generation stamp) and
+    rewrites its last partial chunk's CRC: the open files change under us, but no byte the
+    handle may read changes, so the read goes over TCP rather than calling the replica corrupt."""
+    path = f"{sc_dir}/a"
+    data = sc_cluster.put_bytes(random_bytes(300_001, seed=1709), path)  # ends in a partial chunk
+    extra = random_bytes(5000, seed=1710)
+    (tmp_path / "extra").write_bytes(extra)
+    async with client_for(sc_cluster) as client:
+        f = await client.open(path)
+        assert bytes(await client.read_range(f, 0, len(data))) == data
+        sc_cluster.append_open(path, tmp_path / "extra")
+        sc_cluster.append_close(path)
+        assert bytes(await client.read_range(f, 299_000, 1001)) == data[299_000:]  # the last, rewritten chunk
+        assert client.stats.checksum_failures == 0 and client.stats.bad_block_reports == 0
+        assert client.stats.short_circuit_invalidated == 1
+        g = await client.open(path)
+        assert bytes(await client.read_range(g, 0, len(data) + len(extra))) == data + extra
+    assert sc_cluster.corrupt_replicas(path) == [0]
+
+
+async def test_each_replica_has_its_own_local_files(sc_cluster: MiniDfs, sc_dir: str) -> None:
+    """Replicas hold the same bytes, but a corrupt one must be blamed on its own DataNode: files
+    passed by one DataNode never stand in for a read asked of another."""
+    data = sc_cluster.put_bytes(random_bytes(20_000, seed=1711), f"{sc_dir}/r")
+    async with client_for(sc_cluster) as client:
+        f = await client.open(f"{sc_dir}/r")
+        block = f.blocks[0]
+        assert client.short_circuit is not None and len(block.locs) == 3
+        for loc in [*block.locs, block.locs[0]]:
+            got = await client.short_circuit.read(loc, block.b, block.blockToken, 100, 1000, "blk")
+            assert got == data[100:1100]
+        assert client.stats.short_circuit_fd_requests == 3
+        assert sorted(client.stats.short_circuit_by_datanode.values()) == [1, 1, 2]
+
+
+async def test_cached_files_stay_within_their_bound_and_slots_go_back(sc_cluster: MiniDfs, sc_dir: str) -> None:
+    data = sc_cluster.put_bytes(random_bytes(5 * MiB, seed=1712), f"{sc_dir}/b", replication=1)
+    async with client_for(sc_cluster) as client:
+        f = await client.open(f"{sc_dir}/b")
+        async with trio.open_nursery() as nursery:
+            reads = ShortCircuitReads(client.settings.domain_socket_path, client.client_name,
+                                      timeout=5, stats=client.stats, nursery=nursery, capacity=2)
+
+            def open_block_files() -> int:
+                links = []
+                for fd in os.listdir("/proc/self/fd"):
+                    try:
+                        links.append(os.readlink(f"/proc/self/fd/{fd}"))
+                    except OSError:
+                        continue
+                return sum(os.path.basename(link).startswith("blk_") for link in links)
+
+            for _ in range(3):
+                for block in f.blocks:
+                    got = await reads.read(block.locs[0], block.b, block.blockToken, 7, 4096, "blk")
+                    assert got == data[block.offset + 7 : block.offset + 4103]
+            assert reads.snapshot() == {"open_blocks": 2}
+            assert open_block_files() == 2 * 2  # two blocks, each its block file and meta file
+            segments = [s for dn in reads._datanodes.values() if dn is not None for s in dn.segments]
+            slots = sum(len(s.memory) // 64 for s in segments)
+            # Every dropped block's slot comes back once the DataNode has released it (op 88).
+            wait_until_async = trio.current_time() + 10
+            while sum(len(s.free) for s in segments) != slots - 2:
+                assert trio.current_time() < wait_until_async, "released slots never came back"
+                await trio.sleep(0.05)
+            assert client.stats.short_circuit_fd_requests == 15  # 5 blocks, dropped and asked again each round
+            reads.close()
+            nursery.cancel_scope.cancel()
