@@ -1,5 +1,9 @@
-"""HDFS data checksums: CRC32C (crcmod, or google-crc32c when the optional `fast` extra is
-installed), CRC32 (zlib) and NULL. Pure code, no I/O.
+"""HDFS data checksums: CRC32C, CRC32 and NULL. Pure code, no I/O.
+
+Verification checks every chunk of a buffer in one call of the `_chunked_crc` C extension
+(built with the package; hardware CRC32C, and the GIL released, so a worker thread verifies
+while the trio loop runs). Without it (no compiler at install time, or `native=False`), each
+chunk is one call: google-crc32c (the `fast` extra) or crcmod for CRC32C, zlib for CRC32.
 
 One checksum per `bytes_per_checksum` chunk of block data; the block's last chunk may be short
 and is checksummed over its real length. Each checksum is a 4-byte big-endian integer:
@@ -14,6 +18,7 @@ import functools
 import struct
 import zlib
 from collections.abc import Callable
+from types import ModuleType
 
 import crcmod.predefined
 
@@ -28,13 +33,26 @@ TYPE_NAMES = {CHECKSUM_NULL: "NULL", CHECKSUM_CRC32: "CRC32", CHECKSUM_CRC32C: "
 crc32c: Callable[[bytes], int] = crcmod.predefined.mkCrcFun("crc-32c")
 
 
+def _chunked() -> ModuleType | None:
+    try:
+        from hdfsfuse import _chunked_crc
+    except ImportError:
+        return None
+    return _chunked_crc
+
+
+chunked_crc = _chunked()
+
+
 def _native_crc32c() -> Callable[[bytes], int] | None:
-    """google-crc32c's hardware CRC32C (the optional `fast` extra), if installed and compiled."""
+    """A hardware CRC32C of one buffer: google-crc32c (the `fast` extra), else our extension."""
     try:
         import google_crc32c
     except ImportError:
-        return None
-    return google_crc32c.value if google_crc32c.implementation == "c" else None
+        google_crc32c = None
+    if google_crc32c is not None and google_crc32c.implementation == "c":
+        return google_crc32c.value  # type: ignore[no-any-return]
+    return functools.partial(chunked_crc.crc, CHECKSUM_CRC32C) if chunked_crc is not None else None
 
 
 native_crc32c = _native_crc32c()
@@ -56,7 +74,7 @@ def _sums_struct(count: int) -> struct.Struct:
 class Checksum:
     """A block's checksum scheme, as announced in the DataNode's read response."""
 
-    __slots__ = ("_func", "_needs_bytes", "bytes_per_checksum", "kind", "size")
+    __slots__ = ("_bulk", "_func", "_needs_bytes", "bytes_per_checksum", "kind", "size")
 
     def __init__(self, kind: int, bytes_per_checksum: int, *, native: bool = True) -> None:
         if kind not in TYPE_NAMES:
@@ -76,6 +94,7 @@ class Checksum:
                 self._needs_bytes = True
             else:
                 self._func = crc32c
+        self._bulk = chunked_crc if native and kind != CHECKSUM_NULL else None  # one call for every chunk
 
     @staticmethod
     @functools.cache
@@ -108,11 +127,17 @@ class Checksum:
         count = -(-n // bpc)
         if len(sums) != count * 4:
             raise ProtocolError(f"{len(sums)} checksum bytes for {n} data bytes")
+        if self._bulk is not None:
+            bad = self._bulk.first_mismatch(self.kind, data, sums, bpc)
+            if bad >= 0:
+                raise self._mismatch(what, block_offset + bad * bpc)
+            return
         expected = _sums_struct(count).unpack(sums)
         chunks = bytes(data) if self._needs_bytes and not isinstance(data, bytes) else data
         computed = tuple(map(func, [chunks[i : i + bpc] for i in range(0, n, bpc)]))
         if computed != expected:
             bad = next(i for i in range(count) if computed[i] != expected[i])
-            raise ChecksumMismatch(
-                f"{self.name} checksum mismatch in {what} at block offset {block_offset + bad * bpc}"
-            )
+            raise self._mismatch(what, block_offset + bad * bpc)
+
+    def _mismatch(self, what: str, offset: int) -> ChecksumMismatch:
+        return ChecksumMismatch(f"{self.name} checksum mismatch in {what} at block offset {offset}")

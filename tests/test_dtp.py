@@ -261,11 +261,12 @@ def test_fuzz_hand_parser(data: bytes) -> None:
 @pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("kind", [CHECKSUM_CRC32C, CHECKSUM_CRC32])
 def test_every_crc_implementation_verifies_and_detects(native: bool, kind: int) -> None:
-    from hdfsfuse.checksum import native_crc32c
+    from hdfsfuse.checksum import chunked_crc, native_crc32c
 
-    if native and kind == CHECKSUM_CRC32C:
-        # The test command installs the `fast` extra: the hardware path must be the one in use.
-        assert native_crc32c is not None and Checksum.of(kind, 512)._func is native_crc32c
+    if native:
+        # The test command builds the C extension and installs the `fast` extra: both must be in use.
+        assert chunked_crc is not None and Checksum.of(kind, 512)._bulk is chunked_crc
+        assert kind != CHECKSUM_CRC32C or (native_crc32c is not None and Checksum.of(kind, 512)._func is native_crc32c)
     c = Checksum(kind, 512, native=native)
     data = bytearray(BLOCK[:5000])
     sums = Checksum(kind, 512, native=False).compute(bytes(data))
@@ -273,3 +274,26 @@ def test_every_crc_implementation_verifies_and_detects(native: bool, kind: int) 
     data[4999] ^= 1
     with pytest.raises(errors.ChecksumMismatch, match="block offset 4608"):
         c.verify(memoryview(data), memoryview(sums), 0, "blk")
+
+
+@given(st.sampled_from([CHECKSUM_CRC32C, CHECKSUM_CRC32]), st.binary(min_size=1, max_size=5000),
+       st.sampled_from([1, 7, 512, 4096]), st.data())
+def test_the_one_call_verifier_agrees_with_python_chunk_by_chunk(kind: int, data: bytes, bpc: int,
+                                                                 draw: st.DataObject) -> None:
+    from hdfsfuse.checksum import chunked_crc
+
+    assert chunked_crc is not None
+    fast, slow = Checksum(kind, bpc), Checksum(kind, bpc, native=False)
+    sums = slow.compute(data)
+    assert fast.compute(data) == sums
+    assert chunked_crc.crc(kind, data) == (crc32c(data) if kind == CHECKSUM_CRC32C else crc32(data))
+    fast.verify(memoryview(bytearray(data)), sums, 0, "blk")
+    flip = draw.draw(st.integers(min_value=0, max_value=len(data) * 8 - 1))
+    broken = bytearray(data)
+    broken[flip // 8] ^= 1 << (flip % 8)
+    chunk_start = flip // 8 // bpc * bpc
+    for checksum in (fast, slow):
+        with pytest.raises(errors.ChecksumMismatch, match=f"block offset {100 + chunk_start}$"):
+            checksum.verify(bytes(broken), sums, 100, "blk")
+    with pytest.raises(ValueError, match="checksum bytes"):
+        chunked_crc.first_mismatch(kind, data, sums + b"x", bpc)
