@@ -128,6 +128,13 @@ class BlockMap:
         """Per-block pieces of a range that `first_gap` found fully known."""
         return plan_pieces(self.starts, self.lengths, offset, length)
 
+    def holding(self, offset: int, length: int) -> LocatedBlock | None:
+        """The one known block holding all of [offset, offset+length), or None."""
+        i = bisect.bisect_right(self.starts, offset) - 1
+        if i < 0 or offset + length > self.starts[i] + self.lengths[i]:
+            return None
+        return self.blocks[i]
+
     def block_at(self, start: int) -> LocatedBlock:
         """The block that starts at file offset `start` (a piece's `block_start`)."""
         i = bisect.bisect_left(self.starts, start)

@@ -487,6 +487,12 @@ class HdfsClient:
         n = clamp(offset, length, file.length)
         if n == 0:
             return b""
+        if self.short_circuit is not None and file.ec_policy is None:  # a local replica's files, inline
+            block = file.map.holding(offset, n)
+            if block is not None and file.finalized(block.offset):
+                data = self.short_circuit.read_now(block.b, offset - block.offset, n)
+                if data is not None:
+                    return data
         if file.map.first_gap(offset, n) is not None:
             await self._fill_gaps(file, offset, n)
             n = min(n, clamp(offset, length, file.length))  # the file may have shrunk, never read past the fill
@@ -633,7 +639,8 @@ class HdfsClient:
 
         while pending and outcome.data is None:
             address, (loc, description) = pending.pop(0)
-            threshold = self.replicas.hedge_after(piece.length) if pending else None
+            hedged = pending and not (local is not None and local.serves(loc))
+            threshold = self.replicas.hedge_after(piece.length) if hedged else None
             if threshold is None:
                 result = await attempt(address, loc, description)
                 if self._settle(address, loc, result, dead, failures, outcome):

@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 DISABLE_SECONDS = 600.0  # as the Java client's dfs.client.domain.socket.disable.interval.seconds
 BLOCK_REFUSED_SECONDS = 60.0
+REFUSED_MEMORY = 1024  # refused blocks remembered per DataNode before expired ones are forgotten
 INLINE_MAX = 128 * 1024  # larger reads pread and verify in a worker thread
 CAPACITY = 256  # blocks whose fds stay open (the Java client's streams cache size)
 _FDS_SPACE = socket.CMSG_SPACE(4 * array.array("i").itemsize)
@@ -88,7 +89,7 @@ class _Segment:
         """Mark the segment disconnected when the DataNode closes its connection."""
         try:
             await trio.lowlevel.wait_readable(self.sock)
-        except (trio.ClosedResourceError, OSError):
+        except (trio.ClosedResourceError, OSError, ValueError):  # we closed it first: nothing to watch
             return
         self.disconnected = True
 
@@ -147,6 +148,7 @@ class ShortCircuitReads:
         self._datanodes: dict[tuple[str, int], _LocalDataNode | None] = {}
         self._replicas: collections.OrderedDict[ReplicaKey, _Replica] = collections.OrderedDict()
         self._opening: dict[ReplicaKey, trio.Event] = {}
+        self._last_used: dict[tuple[str, int, int], _Replica] = {}  # (pool, block id, GS) -> what served it last
         self._threads = trio.CapacityLimiter(4)
         self._closed = False
 
@@ -189,7 +191,7 @@ class ShortCircuitReads:
                     raise WouldBlock
                 data = read_verified(*args, nowait=True)
             except WouldBlock:
-                data = await trio.to_thread.run_sync(read_verified, *args, limiter=self._threads)
+                data = await trio.to_thread.run_sync(_read_and_prefetch, args, limiter=self._threads)
         except (ShortRead, ChecksumMismatch) as e:
             if self._changed(replica):  # an append rewrote the last chunk's CRC, or a truncate
                 self.stats.short_circuit_invalidated += 1
@@ -210,10 +212,37 @@ class ShortCircuitReads:
             replica.users -= 1
             if replica.dropped and replica.users == 0:
                 replica.close_files()
-        self.stats.short_circuit_reads += 1
-        self.stats.short_circuit_bytes += len(data)
-        self.stats.short_circuit_by_datanode[datanode.address] += 1
+        if not replica.dropped:
+            self._last_used[key[1:]] = replica
+        self._served(replica, len(data))
         return data
+
+    def read_now(self, block: hdfs_pb2.ExtendedBlockProto, offset: int, length: int) -> bytes | bytearray | None:
+        """The hot path of a small read: from the local files that last served this block, if
+        their slot is still valid and the bytes are already in memory. No await, no replica
+        choice; None (anything unusual, a corrupt chunk included) sends the caller to `read`,
+        which handles it."""
+        replica = self._last_used.get((block.poolId, block.blockId, block.generationStamp))
+        if replica is None or length > INLINE_MAX or replica.dropped or not replica.usable():
+            return None
+        try:
+            data = read_verified(replica.data_fd, 0, replica.meta_fd, scp.META_HEADER.size, replica.checksum,
+                                 replica.length, offset, length, "", nowait=True)
+        except (WouldBlock, ShortRead, ChecksumMismatch, OSError):
+            return None
+        self._served(replica, len(data))
+        return data
+
+    def _served(self, replica: _Replica, n: int) -> None:
+        self.stats.short_circuit_reads += 1
+        self.stats.short_circuit_bytes += n
+        self.stats.short_circuit_by_datanode[replica.datanode.address] += 1
+
+    def serves(self, loc: hdfs_pb2.DatanodeInfoProto) -> bool:
+        """Whether a read of `loc` would try its local files first (then no hedging: a local
+        read either answers at once or waits for a disk that a second replica would share)."""
+        datanode = self._datanode(loc)
+        return datanode is not None and datanode.off_until <= trio.current_time()
 
     @staticmethod
     def _changed(replica: _Replica) -> bool:
@@ -313,7 +342,10 @@ class ShortCircuitReads:
 
     @staticmethod
     def _refuse(datanode: _LocalDataNode, key: ReplicaKey, why: str) -> None:
-        datanode.refused[key] = trio.current_time() + BLOCK_REFUSED_SECONDS
+        now = trio.current_time()
+        if len(datanode.refused) >= REFUSED_MEMORY:
+            datanode.refused = {k: t for k, t in datanode.refused.items() if t > now}
+        datanode.refused[key] = now + BLOCK_REFUSED_SECONDS
         log.info("%s; reading it over TCP for %gs", why, BLOCK_REFUSED_SECONDS)
 
     async def _claim_slot(self, datanode: _LocalDataNode) -> tuple[_Segment, int]:
@@ -383,6 +415,8 @@ class ShortCircuitReads:
             return
         replica.dropped = True
         self._replicas.pop(replica.key, None)
+        if self._last_used.get(replica.key[1:]) is replica:
+            del self._last_used[replica.key[1:]]
         if replica.users == 0:
             replica.close_files()
         if not replica.segment.disconnected and not self._closed:
@@ -415,6 +449,21 @@ class ShortCircuitReads:
 
     def snapshot(self) -> dict[str, int]:
         return {"open_blocks": len(self._replicas)}
+
+
+def _read_and_prefetch(args: tuple) -> bytes | bytearray:  # type: ignore[type-arg]
+    """A read that may wait for the disk (a worker thread). A large one is a sequential reader's:
+    the kernel starts reading the same length after it, block and meta file, in the background
+    (as the DataNode does for its own readers), so the next read finds it in memory."""
+    data_fd, _, meta_fd, _, checksum, block_length, offset, length, _ = args
+    end = offset + length
+    if length > INLINE_MAX and end < block_length:
+        ahead = min(length, block_length - end)
+        os.posix_fadvise(data_fd, end, ahead, os.POSIX_FADV_WILLNEED)
+        chunk = checksum.bytes_per_checksum
+        os.posix_fadvise(meta_fd, scp.META_HEADER.size + end // chunk * 4, ahead // chunk * 4 + 8,
+                         os.POSIX_FADV_WILLNEED)
+    return read_verified(*args)
 
 
 # ----- socket helpers -----------------------------------------------------------------------------

@@ -305,6 +305,7 @@ def test_umount_with_an_open_file(cluster: MiniDfs, mount, data_dir: str) -> Non
         ("URI", "DIR", "no_such_option", "unknown mount option"),
         ("URI", "DIR", "readahead_max=lots", "not a size"),
         ("URI", "DIR", "cache_size=1G", "cache_size needs cache_dir"),
+        ("URI", "DIR", "short_circuit=on", "short_circuit: 'on' must be auto or off"),
         ("URI", "DIR", "cache_dir=/proc/hdfsfuse-cache", "cache_dir /proc/hdfsfuse-cache is not usable"),
         ("URI/no/such/dir", "DIR", "", "no such directory"),
     ],

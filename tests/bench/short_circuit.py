@@ -16,8 +16,9 @@ either), and the Java client with short-circuit on (`-Djava.library.path` at the
 libhadoop.so as the DataNodes), which is the only other reader that can do it.
 
 Both "cold" (caches dropped before each measurement: the block files come from disk, for the
-DataNodes and for short-circuit readers alike) and "warm" (the block files in the kernel's memory,
-read once beforehand; the mount's own pages are never warm: other offsets than the warm-ups).
+DataNodes and for short-circuit readers alike) and "warm" (every replica's block and meta files
+in the kernel's memory, read beforehand; the mount's own pages are never warm: W1 warm uses other
+offsets than W1 cold and the warm-ups).
 Prints one JSON document; DataNode BytesRead and wire bytes show who went over TCP.
 """
 
@@ -122,9 +123,10 @@ def main() -> None:
                 for c in [*contenders, java_stream]:
                     raw.setdefault(f"W3 cold: {c.name}", []).append(
                         measure(cluster, "W3", c, 1, c.argv(SEQUENTIAL, "seq", str(seq_warmups), 1)))
-                # The block files into memory by one sequential read over TCP (no mount's pages).
-                native = contenders[2]
-                measure(cluster, "warming", native, 1, native.argv(RANDOM, "seq", str(warmups), 1), cold=False)
+                for replica_file in cluster.replica_files():  # every replica's files into memory
+                    with open(replica_file, "rb") as f:
+                        while f.read(16 * MiB):
+                            pass
                 for c in [*contenders, java_pread]:
                     raw.setdefault(f"W1 warm: {c.name}", []).append(
                         measure(cluster, "W1", c, a.reads, c.argv(RANDOM, str(w1_warm), str(warmups), 1), cold=False))

@@ -313,6 +313,11 @@ class MiniDfs:
         """One UNIX socket path per DataNode, in `datanodes` order (a --short-circuit cluster)."""
         return list(self.ready["domain_sockets"])
 
+    def replica_files(self) -> list[Path]:
+        """Every DataNode's block and meta files (all replicas of every block)."""
+        assert self._base_dir is not None, "the cluster is not running"
+        return sorted((self._base_dir / "data").rglob("blk_*"))
+
     @property
     def xfer_ports(self) -> list[int]:
         return [int(dn["xfer"].rsplit(":", 1)[1]) for dn in self.datanodes]
