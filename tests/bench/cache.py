@@ -24,11 +24,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import tempfile
 from pathlib import Path
 
-from tests.bench.run import Contender, Result, _worker, daemon_pid, measure, random_reads, summary
+from tests.bench.run import (
+    Contender,
+    Result,
+    _worker,
+    daemon_pid,
+    measure,
+    random_reads,
+    summary,
+    write_random_file,
+)
 from tests.minidfs import ClusterOptions, MiniDfs
 from tests.mounting import Mount
 
@@ -46,13 +54,7 @@ def main() -> None:
     raw: dict[str, list[Result]] = {}
     with MiniDfs(ClusterOptions(datanodes=3, block_size=128 * MiB), heap="2g") as cluster, \
             tempfile.TemporaryDirectory() as work:
-        local = Path(work) / "data"
-        with open(local, "wb") as f:
-            rnd = random.Random(1)
-            for _ in range(size // (16 * MiB) or 1):
-                f.write(rnd.randbytes(min(16 * MiB, size)))
-        cluster.put(local, PATH)
-        local.unlink()
+        write_random_file(cluster, Path(work), PATH, size, 1)
         offsets = Path(work) / "w1"
         offsets.write_text("".join(f"{o} {n}\n" for o, n in random_reads(size, a.reads, 4096, True, 11)))
         offsets2 = Path(work) / "w1-warm"  # other offsets: the kernel's FUSE page cache has none of them

@@ -200,6 +200,17 @@ def daemon_pid(mount: Mount) -> int:
     return min(int(p) for p in out.stdout.split())
 
 
+def write_random_file(cluster: MiniDfs, work: Path, path: str, size: int, seed: int) -> None:
+    """`size` seeded random bytes at `path`, written by the Java client (through a local file)."""
+    local = work / "data"
+    with open(local, "wb") as f:
+        rnd = random.Random(seed)
+        for _ in range(size // (16 * MiB) or 1):
+            f.write(rnd.randbytes(min(16 * MiB, size)))
+    cluster.put(local, path)
+    local.unlink()
+
+
 # ----- measuring -----------------------------------------------------------------------------------
 
 
@@ -282,13 +293,7 @@ def run(sizes: Sizes, reps: int, out_dir: Path) -> dict[str, object]:
             tempfile.TemporaryDirectory() as work:
         print(f"cluster up: {cluster.uri}", flush=True)
         for name, size, seed in (("/bench/big", sizes.big, 1), ("/bench/huge", sizes.huge, 2)):
-            local = Path(work) / name.rsplit("/", 1)[1]
-            with open(local, "wb") as f:
-                rnd = random.Random(seed)
-                for _ in range(size // (16 * MiB) or 1):
-                    f.write(rnd.randbytes(min(16 * MiB, size)))
-            cluster.put(local, name)
-            local.unlink()
+            write_random_file(cluster, Path(work), name, size, seed)
         cluster.touch_many("/bench/dir", sizes.entries)
         print("data sets written", flush=True)
 

@@ -26,13 +26,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.bench.run import Contender, Result, _worker, daemon_pid, measure, random_reads, summary
+from tests.bench.run import (
+    Contender,
+    Result,
+    _worker,
+    daemon_pid,
+    measure,
+    random_reads,
+    summary,
+    write_random_file,
+)
 from tests.minidfs import ClusterOptions, MiniDfs, ensure_built, ensure_native_library
 from tests.mounting import Mount
 
@@ -73,16 +81,6 @@ def _java_short_circuit(cluster: MiniDfs, mode: str) -> Callable[[str, str, str,
     return argv
 
 
-def _write(cluster: MiniDfs, work: Path, path: str, size: int, seed: int) -> None:
-    local = work / "data"
-    with open(local, "wb") as f:
-        rnd = random.Random(seed)
-        for _ in range(size // (16 * MiB) or 1):
-            f.write(rnd.randbytes(min(16 * MiB, size)))
-    cluster.put(local, path)
-    local.unlink()
-
-
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--reps", type=int, default=3)
@@ -95,8 +93,8 @@ def main() -> None:
     with MiniDfs(ClusterOptions(datanodes=3, block_size=128 * MiB, short_circuit=True), heap="2g") as cluster, \
             tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        _write(cluster, work, RANDOM, size, 1)
-        _write(cluster, work, SEQUENTIAL, seq_size, 2)
+        write_random_file(cluster, work, RANDOM, size, 1)
+        write_random_file(cluster, work, SEQUENTIAL, seq_size, 2)
         w1 = work / "w1"
         w1.write_text("".join(f"{o} {n}\n" for o, n in random_reads(size, a.reads, 4096, True, 11)))
         w1_warm = work / "w1-warm"  # other offsets: nothing of them in the mount's page cache
