@@ -487,12 +487,9 @@ class HdfsClient:
         n = clamp(offset, length, file.length)
         if n == 0:
             return b""
-        if self.short_circuit is not None and file.ec_policy is None:  # a local replica's files, inline
-            block = file.map.holding(offset, n)
-            if block is not None and file.finalized(block.offset):
-                data = self.short_circuit.read_now(block.b, offset - block.offset, n)
-                if data is not None:
-                    return data
+        data = self.read_now(file, offset, n)
+        if data is not None:
+            return data
         if file.map.first_gap(offset, n) is not None:
             await self._fill_gaps(file, offset, n)
             n = min(n, clamp(offset, length, file.length))  # the file may have shrunk, never read past the fill
@@ -508,6 +505,16 @@ class HdfsClient:
 
         await run_each(fill, pieces)
         return result
+
+    def read_now(self, file: HdfsFile, offset: int, n: int) -> bytes | bytearray | None:
+        """A small read of a block a local replica's open files served before (short-circuit),
+        done inline with no wait, or None: read it the usual way."""
+        if self.short_circuit is None or file.ec_policy is not None:
+            return None
+        block = file.map.holding(offset, n)
+        if block is None or not file.finalized(block.offset):
+            return None
+        return self.short_circuit.read_now(block.b, offset - block.offset, n)
 
     async def _fill_gaps(self, file: HdfsFile, offset: int, n: int) -> None:
         """Fetch location windows until [offset, offset+n) is known (each window moves forward)."""

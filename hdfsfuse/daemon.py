@@ -29,6 +29,7 @@ from hdfsfuse.config import NameNodeTarget
 from hdfsfuse.datanode import Timeouts
 from hdfsfuse.errors import ConfigError
 from hdfsfuse.fs import HdfsOperations
+from hdfsfuse.live_invalidation import LiveInvalidation
 from hdfsfuse.options import MountOptions
 from hdfsfuse.security import SecurityOptions
 from hdfsfuse.stats import Stats, prometheus
@@ -85,6 +86,18 @@ def tune_kernel(mountpoint: str, options: MountOptions) -> None:
     if conn.exists():
         _write_sysfs(str(conn / "max_background"), options.max_background)
         _write_sysfs(str(conn / "congestion_threshold"), max(1, options.max_background * 3 // 4))
+
+
+async def tune_kernel_after_init(mountpoint: str, options: MountOptions) -> None:
+    """`tune_kernel` once the kernel has the answer to FUSE_INIT: it then lowers the mount's
+    readahead to INIT's max_readahead (128 KiB), so a value set earlier would not last. A stat
+    of the mount point returns only after INIT (this daemon answers it meanwhile)."""
+    try:
+        await trio.to_thread.run_sync(os.stat, mountpoint, abandon_on_cancel=True)
+    except OSError as e:
+        log.warning("kernel tuning skipped: %s", e)
+        return
+    tune_kernel(mountpoint, options)
 
 
 def _write_sysfs(path: str, value: int) -> None:
@@ -155,14 +168,23 @@ async def run_mount(
                 fuse_opts.add("debug")
             pyfuse3.init(ops, mountpoint, fuse_opts)
             try:
-                tune_kernel(mountpoint, options)
-                nursery.start_soon(_stop_on_signals)
-                log.info("mounted %s at %s", source, mountpoint)
-                ready()
-                # One idle reader task: each request otherwise passes pyfuse3's read lock through
-                # every idle task (measured: 4 idle tasks cost about 20 us per request). Busy
-                # tasks still start others, up to 256, so concurrent requests run concurrently.
-                await pyfuse3.main(min_tasks=1, max_tasks=256)
+                nursery.start_soon(tune_kernel_after_init, mountpoint, options)
+                # The edit stream's own nursery: it stops (and its kernel notifications, which use
+                # the FUSE session, finish) before the session is closed below.
+                async with trio.open_nursery() as notifying:
+                    if options.inotify:
+                        await notifying.start(LiveInvalidation(client.namenode, ops, stats).run)
+                    nursery.start_soon(_stop_on_signals)
+                    log.info("mounted %s at %s", source, mountpoint)
+                    ready()
+                    # One idle reader task: each request otherwise passes pyfuse3's read lock
+                    # through every idle task (measured: 4 idle tasks cost about 20 us per
+                    # request). Busy tasks still start others, up to 256, so concurrent
+                    # requests run concurrently.
+                    try:
+                        await pyfuse3.main(min_tasks=1, max_tasks=256)
+                    finally:
+                        notifying.cancel_scope.cancel()
             finally:
                 pyfuse3.close(unmount=True)
                 log.info("unmounted %s", mountpoint)

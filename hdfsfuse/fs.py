@@ -163,7 +163,7 @@ class HdfsOperations(pyfuse3.Operations):
             options.uid if options.uid is not None else os.getuid(),
             options.gid if options.gid is not None else os.getgid(),
         )
-        self.inodes = InodeTable(self.root)
+        self.inodes = InodeTable(self.root, index_names=options.inotify)
         self._attrs: dict[int, tuple[float, pyfuse3.EntryAttributes, FileStatus]] = {}
         self._negative: dict[tuple[int, bytes], float] = {}
         self._dirs: dict[int, _Listing] = {}
@@ -214,6 +214,15 @@ class HdfsOperations(pyfuse3.Operations):
         attrs = self._attributes(st, inode)
         self._attrs[inode] = (time.monotonic() + self.options.attr_timeout, attrs, st)
         return attrs
+
+    def forget_cached(self, inode: int | None, parent: int | None, name: str) -> None:
+        """Drop our cached attributes of `inode` and `parent`, and a cached absence of `name` in
+        `parent` (live invalidation: the NameNode says they changed)."""
+        for known in (inode, parent):
+            if known is not None:
+                self._attrs.pop(known, None)
+        if parent is not None:
+            self._negative.pop((parent, name.encode("utf-8", "surrogateescape")), None)
 
     def _growing(self, inode: int) -> _OpenFile | None:
         """An open handle of `inode` whose file is being written, if any."""
@@ -589,25 +598,29 @@ class HdfsOperations(pyfuse3.Operations):
         file = handle.file
         self.stats.fuse_reads += 1
         data: bytes | bytearray | memoryview | None = None
-        try:  # the hot path: a bare cancel scope, the same bound and error translation as _request
-            with trio.CancelScope(deadline=trio.current_time() + self.options.request_timeout):
-                if file.under_construction and off + size > file.length:
+        try:  # the hot path: bare cancel scopes, the same bound and error translation as _request
+            if file.under_construction and off + size > file.length:
+                with trio.CancelScope(deadline=trio.current_time() + self.options.request_timeout):
                     await self.client.grow(file, strict=off >= file.length)
-                decision = handle.planner.plan(off, size, file.length)
-                if decision.length == 0:
-                    return b""
-                end = off + decision.length
-                if decision.prefetch is not None:
-                    self._start_prefetch(handle, *decision.prefetch)
-                elif not decision.sequential:
-                    self._drop_chunks(handle, before=None)
-                data = await self._from_chunks(handle, off, end) if handle.chunks else None
-                if data is None:
-                    data = await self.client.fetch_range(file, off, decision.length)
-                if handle.chunks:
-                    self._drop_chunks(handle, before=off)
+            decision = handle.planner.plan(off, size, file.length)
+            if decision.length == 0:
+                return b""
+            if decision.prefetch is None and not handle.chunks:
+                data = self.client.read_now(file, off, decision.length)  # a local replica's files: no wait
             if data is None:
-                raise trio.TooSlowError
+                with trio.CancelScope(deadline=trio.current_time() + self.options.request_timeout):
+                    end = off + decision.length
+                    if decision.prefetch is not None:
+                        self._start_prefetch(handle, *decision.prefetch)
+                    elif not decision.sequential:
+                        self._drop_chunks(handle, before=None)
+                    data = await self._from_chunks(handle, off, end) if handle.chunks else None
+                    if data is None:
+                        data = await self.client.fetch_range(file, off, decision.length)
+                    if handle.chunks:
+                        self._drop_chunks(handle, before=off)
+                if data is None:
+                    raise trio.TooSlowError
         except Exception as e:
             raise self._fuse_error("read", f"{file.path} [{off}, +{size})", e) from None
         self.stats.app_bytes += len(data)

@@ -66,10 +66,14 @@ class Entry:
 class InodeTable:
     """Kernel inodes of one mount and the NameNode paths behind them."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, index_names: bool = False) -> None:
         self.root_file_id = 0
+        self.root = root
         root_entry = Entry(ROOT_INODE, None, root, root, SNAPSHOT_DIR in root.split("/"))
         self._entries: dict[int, Entry] = {ROOT_INODE: root_entry}
+        # (parent inode, name) -> inode, to find the entries of a path the NameNode says changed
+        # (live invalidation only: it costs a dict entry per name the kernel keeps).
+        self._names: dict[tuple[int, str], int] | None = {} if index_names else None
         self._snapshot_inodes: dict[str, int] = {}
         self._next_snapshot_inode = itertools.count(SNAPSHOT_INODE_BASE)
 
@@ -103,8 +107,39 @@ class InodeTable:
         if entry is None:
             self._entries[inode] = Entry(inode, parent, name, nn_path, snapshot)
         elif entry.parent is not parent or entry.name != name:  # renamed, or seen through another name
+            self._unname(entry)
             entry.parent, entry.name = parent, name
+        if self._names is not None:
+            self._names[(parent.inode, name)] = inode
         return inode
+
+    def _unname(self, entry: Entry) -> None:
+        if self._names is not None and entry.parent is not None:
+            key = (entry.parent.inode, entry.name)
+            if self._names.get(key) == entry.inode:
+                del self._names[key]
+
+    def find(self, path: str) -> tuple[Entry | None, Entry | None, str]:
+        """(parent entry, entry, name) the kernel may hold for the HDFS path `path` (needs
+        `index_names`); None where it holds nothing. Paths outside the mount root find nothing."""
+        assert self._names is not None, "the table keeps no name index"
+        root = self.root.rstrip("/")
+        if path != root and not path.startswith(root + "/"):
+            return None, None, ""
+        names = [n for n in path[len(root):].split("/") if n]
+        if not names:
+            return None, self._entries[ROOT_INODE], ""
+        parent: Entry | None = self._entries[ROOT_INODE]
+        for name in names[:-1]:
+            inode = self._names.get((parent.inode, name)) if parent is not None else None
+            parent = self._entries.get(inode) if inode is not None else None
+            if parent is None:
+                return None, None, names[-1]
+        inode = self._names.get((parent.inode, names[-1])) if parent is not None else None
+        return parent, self._entries.get(inode) if inode is not None else None, names[-1]
+
+    def entries(self) -> list[Entry]:
+        return list(self._entries.values())
 
     def referenced(self, inode: int) -> None:
         """The kernel got one more reference to `inode` (a lookup or readdirplus reply)."""
@@ -121,6 +156,7 @@ class InodeTable:
         if entry.lookups > 0:
             return False
         del self._entries[inode]
+        self._unname(entry)
         if not entry.by_inode:
             self._snapshot_inodes.pop(entry.nn_path, None)
         return True

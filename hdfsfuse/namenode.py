@@ -313,6 +313,18 @@ class NameNodeClient:
             self._server_defaults = r.serverDefaults
         return self._server_defaults
 
+    async def current_edit_txid(self) -> int:
+        """The last edit-log transaction id (inotify; the HDFS superuser only)."""
+        r = await self.call("getCurrentEditLogTxid", hdfs_pb2.GetCurrentEditLogTxidRequestProto(),
+                            hdfs_pb2.GetCurrentEditLogTxidResponseProto)
+        return r.txid
+
+    async def edits_from(self, txid: int) -> hdfs_pb2.EventsListProto:
+        """The inotify events from edit `txid` on (the HDFS superuser only)."""
+        r = await self.call("getEditsFromTxid", hdfs_pb2.GetEditsFromTxidRequestProto(txid=txid),
+                            hdfs_pb2.GetEditsFromTxidResponseProto)
+        return r.eventsList
+
     async def get_fs_stats(self) -> hdfs_pb2.GetFsStatsResponseProto:
         return await self.call("getFsStats", hdfs_pb2.GetFsStatusRequestProto(),
                                hdfs_pb2.GetFsStatsResponseProto)

@@ -59,6 +59,7 @@ class MountOptions:
     listing_page_cap: int | None = None
     cache_dir: str | None = None  # a persistent block cache (off by default)
     cache_size: int = 10 * 1024 * MiB
+    inotify: bool = False  # follow the NameNode's edit stream and invalidate what changed
     short_circuit: bool = True  # auto: read local replicas from their files when the Hadoop config enables it
     log_level: str = "info"
     log_file: str | None = None
@@ -130,7 +131,7 @@ def _int(value: str, name: str, lo: int, hi: int) -> int:
     return int(value)
 
 
-_FLAGS = {"allow_other", "default_permissions", "direct_io"}
+_FLAGS = {"allow_other", "default_permissions", "direct_io", "inotify"}
 _SECONDS = {"entry_timeout", "attr_timeout", "negative_timeout"}
 _POSITIVE_SECONDS = {"connect_timeout", "read_timeout", "total_timeout", "namenode_timeout", "request_timeout"}
 
@@ -168,6 +169,9 @@ Mount options (-o a,b=c):
                          entries are keyed by block id and generation stamp, so they never go
                          stale, and are verified on every read; mounts may share the directory
   cache_size=SIZE        the cache's bound on disk (default 10G, shrunk to fit the filesystem)
+  inotify                follow the NameNode's edits (inotify; needs the HDFS superuser) and drop
+                         the kernel's cached names and attributes of what changed, so a change
+                         shows within a second even with long entry_timeout/attr_timeout
   short_circuit=MODE     auto (the default): read replicas on this host's DataNodes from their
                          files, verified, when dfs.client.read.shortcircuit and
                          dfs.domain.socket.path allow it; off: always over TCP

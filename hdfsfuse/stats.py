@@ -41,6 +41,8 @@ class Stats:
     short_circuit_fd_requests: int = 0
     short_circuit_by_datanode: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     short_circuit_segments: int = 0
+    inotify_changes: int = 0  # changes the NameNode's edit stream reported (-o inotify)
+    inotify_resyncs: int = 0  # times the edit stream was lost and every cached entry forgotten
     files_changed: int = 0  # reads refused because an open file was replaced, truncated or deleted
     cache_hits: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     cache_misses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -91,6 +93,8 @@ def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failove
         "short_circuit_fd_requests": stats.short_circuit_fd_requests,
         "short_circuit_by_datanode": dict(sorted(stats.short_circuit_by_datanode.items())),
         "short_circuit_segments": stats.short_circuit_segments,
+        "inotify_changes": stats.inotify_changes,
+        "inotify_resyncs": stats.inotify_resyncs,
         "files_changed": stats.files_changed,
         "namenode_failovers": namenode_failovers,
         "namenode_rpcs": dict(sorted(rpc_calls.items())),
@@ -134,6 +138,8 @@ _HELP = {
     "short_circuit_fd_requests": "Block and meta file descriptors asked of local DataNodes.",
     "short_circuit_by_datanode": "Short-circuit reads by the local DataNode whose files served them.",
     "short_circuit_segments": "Shared-memory slot segments asked of local DataNodes.",
+    "inotify_changes": "Changes reported by the NameNode's edit stream (-o inotify) and invalidated.",
+    "inotify_resyncs": "Times the edit stream was lost and every cached name and attribute forgotten.",
     "files_changed": "Reads refused because the open file was replaced, truncated or deleted.",
     "namenode_failovers": "Switches to another NameNode.",
     "namenode_rpcs": "NameNode RPCs by method.",

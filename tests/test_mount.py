@@ -330,3 +330,26 @@ def test_already_mounted_mountpoint_is_refused(cluster: MiniDfs, shared_mount: M
     r = subprocess.run([*HDFSFUSE, "mount", cluster.uri, shared_mount.dir], capture_output=True, text=True)
     assert r.returncode != 0 and "already mounted" in r.stderr
     assert sorted(os.listdir(shared_mount.dir)) == sorted(e["name"] for e in cluster.ls("/"))  # still works
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="setting a mount's readahead needs root")
+def test_sequential_reads_reach_the_daemon_in_1_mib_requests(cluster: MiniDfs, data_dir: str, mount) -> None:  # type: ignore[no-untyped-def]
+    """The kernel lowers a FUSE mount's readahead to FUSE_INIT's 128 KiB when INIT is answered;
+    the daemon sets read_ahead_kb=1024 after that, so page-cache reads come 1 MiB at a time."""
+    import json
+
+    from hdfsfuse.daemon import mount_entry
+    from tests.conftest import wait_until
+
+    data = cluster.put_bytes(random_bytes(8 << 20, seed=1900), f"{data_dir}/seq")
+    m = mount(cluster)
+    entry = mount_entry(os.path.realpath(m.dir))
+    assert entry is not None
+    knob = Path(f"/sys/class/bdi/{entry[0]}/read_ahead_kb")
+    wait_until(lambda: knob.read_text().strip() == "1024", "the mount's readahead was never raised")
+    before = json.loads(os.getxattr(m.dir, "user.hdfsfuse.stats"))["fuse_reads"]
+    out = subprocess.run(["dd", f"if={m.path(f'{data_dir}/seq')}", "bs=1M", "status=none"], capture_output=True,
+                         check=True).stdout
+    assert out == data
+    requests = json.loads(os.getxattr(m.dir, "user.hdfsfuse.stats"))["fuse_reads"] - before
+    assert requests <= 8 + 4  # 128 KiB requests would be 64

@@ -124,14 +124,18 @@ def test_a_corrupt_local_replica_is_caught_reported_and_read_elsewhere(sc_cluste
     path = f"{sc_dir}/f"
     data = sc_cluster.put_bytes(random_bytes(700_000, seed=1703), path)  # one block
     m = mount(sc_cluster, "direct_io")
-    _preads(m.path(path), data, 20, seed=4)
-    served = _stats(m)["short_circuit_by_datanode"]
-    assert len(served) == 1  # type: ignore[arg-type]
-    (first,) = served  # type: ignore[misc]
-    sc_cluster.corrupt_replica(path, 0, first, offset=300_000)  # its file, in place: our open fds see it
-
-    with open(m.path(path), "rb") as f:
-        assert f.read() == data
+    fd = os.open(m.path(path), os.O_RDONLY)  # one open: its replica order stays the NameNode's
+    try:
+        for off in range(0, len(data), 50_000):
+            assert os.pread(fd, 4096, off) == data[off : off + 4096]
+        served = _stats(m)["short_circuit_by_datanode"]
+        assert len(served) == 1  # type: ignore[arg-type]
+        (first,) = served  # type: ignore[misc]
+        sc_cluster.corrupt_replica(path, 0, first, offset=300_000)  # its file, in place: our open fds see it
+        assert os.pread(fd, 4096, 299_000) == data[299_000:303_096]
+        assert os.pread(fd, len(data), 0) == data
+    finally:
+        os.close(fd)
     stats = _stats(m)
     assert stats["checksum_failures"] == 1
     assert set(stats["short_circuit_by_datanode"]) - {first}  # type: ignore[arg-type]  # another replica, locally

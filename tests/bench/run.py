@@ -141,6 +141,7 @@ class FloorMount:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the no-op FUSE daemon did not mount")
             time.sleep(0.05)
+        os.stat(self.dir)  # returns once FUSE_INIT is answered; the kernel sets the readahead then
         tune_kernel(self.dir, MountOptions())  # the same read_ahead_kb and max_background as hdfsfuse
 
     def unmount(self) -> None:
