@@ -10,7 +10,8 @@ rounds, medians, CPU per read: the mount's daemon plus its reader):
 - W1: random page-aligned 4 KiB reads of a `--size` MiB file;
 - W3: one sequential read of a `--seq-size` MiB file;
 
-for hdfsfuse's mount (default page-cache mode) with short-circuit on (the default) and off,
+for the FUSE floor (a no-op pyfuse3 daemon answering from memory: what FUSE alone costs here),
+hdfsfuse's mount (default page-cache mode) with short-circuit on (the default) and off,
 hdfs-native (Rust; it has no short-circuit reads), colinmarc/hdfs (Go, ReadAt and Read; none
 either), and the Java client with short-circuit on (`-Djava.library.path` at the same
 libhadoop.so as the DataNodes), which is the only other reader that can do it.
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from tests.bench.run import (
     Contender,
+    FloorMount,
     Result,
     _worker,
     daemon_pid,
@@ -104,8 +106,11 @@ def main() -> None:
         seq_warmups = work / "seq-warmups"
         seq_warmups.write_text("".join(f"{o} {n}\n" for o, n in random_reads(seq_size, 200, 4096, True, 98)))
         local, remote = Mount(cluster), Mount(cluster, "short_circuit=off")
+        floor = FloorMount({RANDOM: size, SEQUENTIAL: seq_size})
         try:
             contenders = [
+                Contender("FUSE floor (no-op pyfuse3 daemon)", _worker("mount", cluster, floor),
+                          lambda: floor.proc.pid),
                 Contender("hdfsfuse mount, short-circuit", _worker("mount", cluster, local), lambda: daemon_pid(local)),
                 Contender("hdfsfuse mount, short_circuit=off", _worker("mount", cluster, remote),
                           lambda: daemon_pid(remote)),
@@ -132,6 +137,7 @@ def main() -> None:
         finally:
             local.unmount()
             remote.unmount()
+            floor.unmount()
     figures = {name: summary(rs, seq_size if name.startswith("W3") else a.reads * 4096) for name, rs in raw.items()}
 
     def ratio(workload: str, key: str, rival: str) -> float:
