@@ -11,7 +11,8 @@
     lookup(parent, name) asks the NameNode for  join(parent.nn_path, name)
 
 Lookup counts are the kernel's references (lookup and readdirplus replies) minus forget; an entry
-with no references left is dropped.
+with no references left is dropped. With `index_names` (live invalidation), a (parent inode, name)
+index finds the entries the kernel holds for an HDFS path the NameNode says changed.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import array
 import collections
 import dataclasses
 import logging
+import math
 import mmap
 import os
 import socket
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 
 DISABLE_SECONDS = 600.0  # as the Java client's dfs.client.domain.socket.disable.interval.seconds
 BLOCK_REFUSED_SECONDS = 60.0
+RECHECK_SECONDS = 60.0  # a local DataNode with no (trusted) socket yet is looked at again after this
 REFUSED_MEMORY = 1024  # refused blocks remembered per DataNode before expired ones are forgotten
 INLINE_MAX = 128 * 1024  # larger reads pread and verify in a worker thread
 CAPACITY = 256  # blocks whose fds stay open (the Java client's streams cache size)
@@ -145,7 +147,9 @@ class ShortCircuitReads:
         self.capacity = capacity
         self._nursery = nursery
         self._is_local_ip = is_local_ip or _is_local_ip
-        self._datanodes: dict[tuple[str, int], _LocalDataNode | None] = {}
+        # (IP, xfer port) -> its local DataNode, or when to look for its socket again
+        self._datanodes: dict[tuple[str, int], _LocalDataNode | float] = {}
+        self._warned: set[str] = set()  # socket paths refused as untrusted (logged once each)
         self._replicas: collections.OrderedDict[ReplicaKey, _Replica] = collections.OrderedDict()
         self._opening: dict[ReplicaKey, trio.Event] = {}
         self._last_used: dict[tuple[str, int, int], _Replica] = {}  # (pool, block id, GS) -> what served it last
@@ -255,26 +259,28 @@ class ShortCircuitReads:
 
     def _datanode(self, loc: hdfs_pb2.DatanodeInfoProto) -> _LocalDataNode | None:
         ident = (loc.id.ipAddr, loc.id.xferPort)
-        try:
-            return self._datanodes[ident]
-        except KeyError:
-            pass
-        datanode = None
+        known = self._datanodes.get(ident)
+        if known is not None and (isinstance(known, _LocalDataNode) or known > trio.current_time()):
+            return known if isinstance(known, _LocalDataNode) else None
         address = f"{loc.id.ipAddr}:{loc.id.xferPort}"
-        if self._is_local_ip(loc.id.ipAddr):
-            path = scp.socket_path(self.socket_pattern, loc.id.xferPort)
-            try:
-                unsafe = scp.unsafe_socket_path(path, os.stat, os.geteuid())
-            except OSError as e:
-                unsafe = f"{e.filename}: {e.strerror}"
-            if unsafe is None and os.path.exists(path):
-                datanode = _LocalDataNode(path, address)
-                log.info("DataNode %s is local: short-circuit reads over %s", address, path)
-            elif unsafe is not None and os.path.exists(path):
-                log.warning("DataNode %s: not using its socket for short-circuit reads: %s "
-                            "(dfs.domain.socket.path)", address, unsafe)
-        self._datanodes[ident] = datanode
-        return datanode
+        if not self._is_local_ip(loc.id.ipAddr):
+            self._datanodes[ident] = math.inf  # another host's DataNode: never local
+            return None
+        path = scp.socket_path(self.socket_pattern, loc.id.xferPort)
+        try:
+            unsafe = scp.unsafe_socket_path(path, os.stat, os.geteuid())
+        except OSError as e:
+            unsafe = f"{e.filename}: {e.strerror}"
+        if unsafe is None and os.path.exists(path):
+            datanode = self._datanodes[ident] = _LocalDataNode(path, address)
+            log.info("DataNode %s is local: short-circuit reads over %s", address, path)
+            return datanode
+        if unsafe is not None and os.path.exists(path) and path not in self._warned:
+            self._warned.add(path)
+            log.warning("DataNode %s: not using its socket for short-circuit reads: %s (dfs.domain.socket.path)",
+                        address, unsafe)
+        self._datanodes[ident] = trio.current_time() + RECHECK_SECONDS  # no socket (yet): look again later
+        return None
 
     # ----- opening a replica's files ----------------------------------------------------------------
 
@@ -444,7 +450,7 @@ class ShortCircuitReads:
         for replica in list(self._replicas.values()):
             self._drop(replica)
         for datanode in self._datanodes.values():
-            for segment in datanode.segments if datanode is not None else ():
+            for segment in datanode.segments if isinstance(datanode, _LocalDataNode) else ():
                 segment.close()
 
     def snapshot(self) -> dict[str, int]:
