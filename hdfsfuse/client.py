@@ -478,8 +478,11 @@ class HdfsClient:
         self.stats.app_bytes += len(data)
         return data
 
-    async def fetch_range(self, file: HdfsFile | str, offset: int, length: int) -> bytes | bytearray:
-        """Read a range without counting it as application bytes (the mount counts its own)."""
+    async def fetch_range(self, file: HdfsFile | str, offset: int, length: int, *,
+                          inline_tried: bool = False) -> bytes | bytearray:
+        """Read a range without counting it as application bytes (the mount counts its own).
+
+        `inline_tried`: the caller already asked `read_now` for exactly this range."""
         if isinstance(file, str):
             file = await self.open(file)
         if file.under_construction and offset + length > file.length:
@@ -487,7 +490,7 @@ class HdfsClient:
         n = clamp(offset, length, file.length)
         if n == 0:
             return b""
-        data = self.read_now(file, offset, n)
+        data = None if inline_tried else self.read_now(file, offset, n)
         if data is not None:
             return data
         if file.map.first_gap(offset, n) is not None:

@@ -605,7 +605,8 @@ class HdfsOperations(pyfuse3.Operations):
             decision = handle.planner.plan(off, size, file.length)
             if decision.length == 0:
                 return b""
-            if decision.prefetch is None and not handle.chunks:
+            tried = decision.prefetch is None and not handle.chunks
+            if tried:
                 data = self.client.read_now(file, off, decision.length)  # a local replica's files: no wait
             if data is None:
                 with trio.CancelScope(deadline=trio.current_time() + self.options.request_timeout):
@@ -616,7 +617,7 @@ class HdfsOperations(pyfuse3.Operations):
                         self._drop_chunks(handle, before=None)
                     data = await self._from_chunks(handle, off, end) if handle.chunks else None
                     if data is None:
-                        data = await self.client.fetch_range(file, off, decision.length)
+                        data = await self.client.fetch_range(file, off, decision.length, inline_tried=tried)
                     if handle.chunks:
                         self._drop_chunks(handle, before=off)
                 if data is None:

@@ -41,6 +41,7 @@ class Stats:
     short_circuit_fd_requests: int = 0
     short_circuit_by_datanode: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     short_circuit_segments: int = 0
+    short_circuit_open_blocks: int = 0  # blocks whose local files are open now (a gauge)
     inotify_changes: int = 0  # changes the NameNode's edit stream reported (-o inotify)
     inotify_resyncs: int = 0  # times the edit stream was lost and every cached entry forgotten
     files_changed: int = 0  # reads refused because an open file was replaced, truncated or deleted
@@ -93,6 +94,7 @@ def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failove
         "short_circuit_fd_requests": stats.short_circuit_fd_requests,
         "short_circuit_by_datanode": dict(sorted(stats.short_circuit_by_datanode.items())),
         "short_circuit_segments": stats.short_circuit_segments,
+        "short_circuit_open_blocks": stats.short_circuit_open_blocks,
         "inotify_changes": stats.inotify_changes,
         "inotify_resyncs": stats.inotify_resyncs,
         "files_changed": stats.files_changed,
@@ -138,6 +140,7 @@ _HELP = {
     "short_circuit_fd_requests": "Block and meta file descriptors asked of local DataNodes.",
     "short_circuit_by_datanode": "Short-circuit reads by the local DataNode whose files served them.",
     "short_circuit_segments": "Shared-memory slot segments asked of local DataNodes.",
+    "short_circuit_open_blocks": "Blocks whose local files (block and meta) short-circuit reads keep open.",
     "inotify_changes": "Changes reported by the NameNode's edit stream (-o inotify) and invalidated.",
     "inotify_resyncs": "Times the edit stream was lost and every cached name and attribute forgotten.",
     "files_changed": "Reads refused because the open file was replaced, truncated or deleted.",
@@ -148,7 +151,8 @@ _HELP = {
     "cache_misses": "Cache misses by cache.",
     "datanode_latency_ms": "Each DataNode's recent expected time for a 4 KiB read (milliseconds).",
 }
-_GAUGES = ("uptime_seconds", "amplification", "datanode_latency_ms", "block_cache_used_bytes")
+_GAUGES = ("uptime_seconds", "amplification", "datanode_latency_ms", "block_cache_used_bytes",
+           "short_circuit_open_blocks")
 _LABELS = {"namenode_rpcs": "method", "namenode_rpcs_by_role": "role", "cache_hits": "cache", "cache_misses": "cache",
            "datanode_latency_ms": "datanode", "datanode_sasl_handshakes": "layer",
            "short_circuit_by_datanode": "datanode"}

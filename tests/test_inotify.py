@@ -101,6 +101,8 @@ def test_the_name_index_finds_what_the_kernel_holds() -> None:
     table.referenced(101)
     assert table.forget(101, 1)
     assert table.find("/data/d/g") == (d, None, "g")
+    table.child(d, "h", 101)  # the same file, seen again under another name: the old name finds nothing
+    assert table.find("/data/d/g") == (d, None, "g") and table.find("/data/d/h")[1] is table.get(101)
 
 
 class _Caches:

@@ -19,7 +19,7 @@ from hdfsfuse.proto import hdfs_pb2, rpc_pb2
 from hdfsfuse.short_circuit import ShortCircuitReads
 from hdfsfuse.stats import Stats
 from tests.conftest import random_bytes, wait_until
-from tests.minidfs import ClusterOptions, MiniDfs, _trusted_socket_base, short_circuit_unavailable
+from tests.minidfs import ClusterOptions, MiniDfs, short_circuit_unavailable, trusted_socket_base
 from tests.mounting import Mount
 from tests.test_reader import client_for, conf_with
 
@@ -227,7 +227,7 @@ BLOCK = hdfs_pb2.ExtendedBlockProto(poolId="BP-1", blockId=1, generationStamp=1,
 
 @pytest.mark.parametrize("behaviour", ["hang", "garbage", "no_fds"])
 async def test_a_fake_datanode_socket_never_hangs_a_read(behaviour: str) -> None:
-    base = Path(_trusted_socket_base())
+    base = Path(trusted_socket_base())
     directory = Path(os.path.realpath(base)) / f"fake-{os.getpid()}-{behaviour}"
     directory.mkdir(mode=0o755, exist_ok=True)
     path = directory / "dn.4242"
@@ -328,7 +328,7 @@ async def test_cached_files_stay_within_their_bound_and_slots_go_back(sc_cluster
                 for block in f.blocks:
                     got = await reads.read(block.locs[0], block.b, block.blockToken, 7, 4096, "blk")
                     assert got == data[block.offset + 7 : block.offset + 4103]
-            assert reads.snapshot() == {"open_blocks": 2}
+            assert client.stats.short_circuit_open_blocks == 2
             assert open_block_files() == 2 * 2  # two blocks, each its block file and meta file
             segments = [s for dn in reads._datanodes.values() if not isinstance(dn, float) for s in dn.segments]
             slots = sum(len(s.memory) // 64 for s in segments)

@@ -116,7 +116,7 @@ def ensure_native_library() -> Path:
     return _NATIVE_DIR
 
 
-def _trusted_socket_base() -> Path:
+def trusted_socket_base() -> Path:
     """A directory for DataNode sockets with no world- or group-writable ancestor: Hadoop's
     DomainSocket (and hdfsfuse) refuse a socket path under /tmp."""
     for base in (Path("/run/hdfsfuse-minidfs"), Path.home() / ".cache" / "hdfsfuse-minidfs"):
@@ -216,7 +216,7 @@ class MiniDfs:
             if reason is not None:
                 raise MiniDfsError(f"--short-circuit: {reason}")
             jvm_flags.append(f"-Djava.library.path={ensure_native_library()}")
-            self._socket_dir = Path(tempfile.mkdtemp(prefix="sc-", dir=_trusted_socket_base()))
+            self._socket_dir = Path(tempfile.mkdtemp(prefix="sc-", dir=trusted_socket_base()))
             self._socket_dir.chmod(0o755)
             launcher_flags += ["--domain-socket-dir", str(self._socket_dir)]
         argv = [
