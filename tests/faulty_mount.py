@@ -18,13 +18,14 @@ from hdfsfuse.client import HdfsClient, HdfsFile
 _fetch_range = HdfsClient.fetch_range
 
 
-async def _faulty_fetch_range(self: HdfsClient, file: HdfsFile | str, offset: int, length: int) -> bytes | bytearray:
+async def _faulty_fetch_range(self: HdfsClient, file: HdfsFile | str, offset: int, length: int,
+                              **options: bool) -> bytes | bytearray:
     path = file if isinstance(file, str) else file.path
     if "boom-read" in path:
         raise RuntimeError("injected fault in a read")
     if "boom-prefetch" in path and "_prefetch" in trio.lowlevel.current_task().name:
         raise RuntimeError("injected fault in a prefetch")
-    return await _fetch_range(self, file, offset, length)
+    return await _fetch_range(self, file, offset, length, **options)
 
 
 HdfsClient.fetch_range = _faulty_fetch_range  # type: ignore[method-assign]
