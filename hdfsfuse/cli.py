@@ -23,8 +23,8 @@ from collections.abc import Callable
 import trio
 
 from hdfsfuse import __version__
-from hdfsfuse.config import NameNodeTarget, load_hadoop_conf, resolve_uri
-from hdfsfuse.daemon import check_mountpoint, mount_entry, notify_systemd, run_mount
+from hdfsfuse.config import NameNodeTarget, ViewTarget, load_hadoop_conf, resolve_source
+from hdfsfuse.daemon import check_mountpoint, check_view, mount_entry, notify_systemd, run_mount
 from hdfsfuse.errors import ConfigError, HdfsError
 from hdfsfuse.fs import STATS_XATTR
 from hdfsfuse.options import HELP, LOG_LEVELS, MountOptions, parse_options
@@ -104,7 +104,8 @@ def cmd_mount(source: str, mountpoint: str, option_strings: list[str], foregroun
     try:
         options = parse_options(option_strings)
         check_mountpoint(mountpoint)
-        target = resolve_uri(source, load_hadoop_conf(options.hadoop_conf))
+        target = resolve_source(source, load_hadoop_conf(options.hadoop_conf))
+        check_view(options, target)
     except ConfigError as e:
         print(f"hdfsfuse: {e}", file=sys.stderr)
         return 2
@@ -115,7 +116,7 @@ def cmd_mount(source: str, mountpoint: str, option_strings: list[str], foregroun
     return _background(source, target, mountpoint, options, debug)
 
 
-def _serve(source: str, target: NameNodeTarget, mountpoint: str, options: MountOptions, debug: bool,
+def _serve(source: str, target: NameNodeTarget | ViewTarget, mountpoint: str, options: MountOptions, debug: bool,
            ready: Callable[[], None], on_error: Callable[[str], None] | None = None) -> int:
     try:
         trio.run(run_mount, source, target, mountpoint, options, ready, debug)
@@ -134,7 +135,8 @@ def _serve(source: str, target: NameNodeTarget, mountpoint: str, options: MountO
     return 0
 
 
-def _background(source: str, target: NameNodeTarget, mountpoint: str, options: MountOptions, debug: bool) -> int:
+def _background(source: str, target: NameNodeTarget | ViewTarget, mountpoint: str, options: MountOptions,
+                debug: bool) -> int:
     """Fork; the parent returns once the child reports the mount exists (or why it failed)."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()

@@ -32,7 +32,7 @@ from hdfsfuse.blockcache import BlockCache, BlockKey
 from hdfsfuse.blockmap import BlockMap
 from hdfsfuse.cached_reads import CachedReads
 from hdfsfuse.concurrency import run_each
-from hdfsfuse.config import ClusterSettings, NameNodeTarget, load_hadoop_conf, resolve_uri
+from hdfsfuse.config import ClusterSettings, NameNodeTarget, ViewTarget, load_hadoop_conf, resolve_source
 from hdfsfuse.datanode import ConnectFailed, ConnectionPool, Timeouts, block_op, read_replica
 from hdfsfuse.dnsecurity import DataTransferSecurity
 from hdfsfuse.erasure import EcPolicy, resolve_policy
@@ -57,6 +57,7 @@ from hdfsfuse.security import Credentials, RpcAuth, SecurityOptions, keep_login_
 from hdfsfuse.short_circuit import ShortCircuitReads
 from hdfsfuse.stats import Stats
 from hdfsfuse.striped_reader import GroupPlan, StripedReader, group_plan
+from hdfsfuse.viewfs import ViewNameNode
 from hdfsfuse.wire import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -114,11 +115,13 @@ class BlockPlan:
 class HdfsFile:
     """An open HDFS file, pinned to its fileId and block ids: its located blocks and readable length."""
 
-    def __init__(self, path: str, status: FileStatus, window: int) -> None:
+    def __init__(self, path: str, status: FileStatus, window: int, *, by_inode: bool = True) -> None:
         self.path = path
         self.status = status
         self.file_id = status.fileId
-        self.locate_path = locate_path(path, status.fileId)
+        # Behind a Router, by path: each later location fetch then checks the fileId again.
+        self.by_inode = by_inode
+        self.locate_path = locate_path(path, status.fileId) if by_inode else path
         self.window = window  # bytes of block locations per NameNode call
         self.map = BlockMap(path)
         self.length = 0
@@ -201,15 +204,32 @@ def short_circuit_reads(settings: ClusterSettings, options: ClientOptions, clien
                              stats=client.stats, nursery=nursery)
 
 
-def _login(target: NameNodeTarget, options: ClientOptions) -> tuple[Credentials, RpcAuth]:
-    """The mount's credentials and its NameNode recipe (blocking: may talk to the KDC and DNS)."""
+def _login(target: NameNodeTarget | ViewTarget, options: ClientOptions) -> tuple[Credentials, dict[str, RpcAuth]]:
+    """The mount's credentials and the recipe for each of its namespaces' NameNodes, by target
+    URI ("" for a single namespace). Blocking: may talk to the KDC and DNS."""
     credentials = Credentials.choose(target.settings, options.security, resolve_user(options.user))
-    return credentials, credentials.namenode_auth(target)
+    if isinstance(target, ViewTarget):
+        return credentials, {uri: credentials.namenode_auth(ns) for uri, ns in target.namespaces.items()}
+    return credentials, {"": credentials.namenode_auth(target)}
+
+
+@asynccontextmanager
+async def _namenodes(target: NameNodeTarget | ViewTarget, auths: dict[str, RpcAuth],
+                     options: ClientOptions) -> AsyncIterator[NameNodeClient | ViewNameNode]:
+    timeouts = dict(call_timeout=options.namenode_call_timeout, total_timeout=options.namenode_total_timeout,
+                    connect_timeout=options.namenode_connect_timeout)
+    if isinstance(target, ViewTarget):
+        async with ViewNameNode.open(target, auths, **timeouts) as view:
+            yield view
+    else:
+        async with NameNodeClient.open(target, auth=auths[""], **timeouts) as namenode:  # type: ignore[arg-type]
+            yield namenode
 
 
 class HdfsClient:
     def __init__(
-        self, namenode: NameNodeClient, *, nursery: trio.Nursery, options: ClientOptions | None = None,
+        self, namenode: NameNodeClient | ViewNameNode, *, nursery: trio.Nursery,
+        options: ClientOptions | None = None,
         stats: Stats | None = None, settings: ClusterSettings | None = None,
     ) -> None:
         self.namenode = namenode
@@ -238,21 +258,19 @@ class HdfsClient:
         stats: Stats | None = None,
     ) -> AsyncIterator[HdfsClient]:
         """Resolve `uri` against the Hadoop configuration and open a client for it."""
-        target = resolve_uri(uri, load_hadoop_conf(conf_dir))
+        target = resolve_source(uri, load_hadoop_conf(conf_dir))
         async with cls.open_target(target, options=options, stats=stats) as client:
             yield client
 
     @classmethod
     @asynccontextmanager
     async def open_target(
-        cls, target: NameNodeTarget, *, options: ClientOptions | None = None, stats: Stats | None = None,
+        cls, target: NameNodeTarget | ViewTarget, *, options: ClientOptions | None = None,
+        stats: Stats | None = None,
     ) -> AsyncIterator[HdfsClient]:
         opts = options or ClientOptions()
-        credentials, auth = await trio.to_thread.run_sync(_login, target, opts, abandon_on_cancel=True)
-        async with NameNodeClient.open(
-            target, auth=auth, call_timeout=opts.namenode_call_timeout,
-            total_timeout=opts.namenode_total_timeout, connect_timeout=opts.namenode_connect_timeout,
-        ) as namenode:
+        credentials, auths = await trio.to_thread.run_sync(_login, target, opts, abandon_on_cancel=True)
+        async with _namenodes(target, auths, opts) as namenode:
             try:
                 async with trio.open_nursery() as nursery:
                     client = cls(namenode, nursery=nursery, options=opts, stats=stats, settings=target.settings)
@@ -283,26 +301,28 @@ class HdfsClient:
 
     # ----- opening files --------------------------------------------------------------------------
 
-    async def open(self, path: str, *, file_id: int = 0, namenode: NameNodeClient | None = None) -> HdfsFile:
+    async def open(self, path: str, *, file_id: int = 0, namenode: NameNodeClient | ViewNameNode | None = None
+                   ) -> HdfsFile:
         """Open a file by path, or (with `file_id`) exactly the file with that inode id.
 
         `namenode`: the connection of the identity opening it (per-caller identity); the file
-        keeps using it, so its locations and block tokens are always fetched as the opener.
+        keeps using it, so its locations and block tokens are always fetched as the opener. A
+        viewfs mount hands the file to the namespace that holds it.
         """
-        namenode = namenode or self.namenode
-        lookup = locate_path(path, file_id)
-        await namenode.sync_for_open()
-        status = await namenode.get_file_info(lookup)
-        if status is None:
-            raise FileNotFound(f"{path}: no such file")
+        nn, path = (namenode or self.namenode).route(path)
+        by_inode = not nn.router
+        await nn.sync_for_open()
+        status = await nn.get_file_info(locate_path(path, file_id) if by_inode else path)
+        if status is None or (file_id and status.fileId != file_id):
+            raise FileNotFound(f"{path}: no such file" if status is None else f"{path}: replaced by another file")
         if status.fileType == hdfs_pb2.HdfsFileStatusProto.IS_DIR:
             raise IsADirectory(f"{path}: is a directory")
         policy = self.check_supported(path, status)
         await self.check_data_transfer()
         blocksize = status.blocksize or 128 * 1024 * 1024
         group_bytes = blocksize * (policy.data_units if policy is not None else 1)  # file bytes per block
-        file = HdfsFile(path, status, window=self.options.location_window_blocks * group_bytes)
-        file.namenode = namenode
+        file = HdfsFile(path, status, window=self.options.location_window_blocks * group_bytes, by_inode=by_inode)
+        file.namenode = nn
         file.ec_policy = policy
         await self._locate(file, 0, file.window)
         file.opened = True
@@ -347,10 +367,13 @@ class HdfsClient:
 
     async def _locate(self, file: HdfsFile, offset: int, length: int) -> None:
         """Fetch the window of locations at `offset` and merge it into the file's pinned block map."""
+        namenode = file.namenode or self.namenode
         try:
-            lbs = await (file.namenode or self.namenode).get_block_locations(
-                file.locate_path, offset, max(length, file.window)
-            )
+            lbs = await namenode.get_block_locations(file.locate_path, offset, max(length, file.window))
+            if file.opened and not file.by_inode:
+                status = await namenode.get_file_info(file.path)
+                if status is None or status.fileId != file.file_id:
+                    raise FileNotFound(file.path)
         except FileNotFound:
             if not file.opened:
                 raise
@@ -575,7 +598,7 @@ class HdfsClient:
             outcome = await self._read_replicas(file, piece, plan, failures, keep)
             if outcome.data is not None:
                 if outcome.corrupt:
-                    self._report_bad_replicas(file.path, block, outcome.corrupt)
+                    self._report_bad_replicas(file, block, outcome.corrupt)
                 return outcome.data
             if outcome.token_refused and not token_refreshed:
                 token_refreshed = True
@@ -713,24 +736,26 @@ class HdfsClient:
         return False
 
     def report_bad_internal_block(
-        self, path: str, block: hdfs_pb2.ExtendedBlockProto, loc: hdfs_pb2.DatanodeInfoProto,
+        self, file: HdfsFile, block: hdfs_pb2.ExtendedBlockProto, loc: hdfs_pb2.DatanodeInfoProto,
         token: rpc_pb2.TokenProto,
     ) -> None:
         """Tell the NameNode an erasure-coded group's internal block is corrupt on `loc`."""
-        self._report(path, hdfs_pb2.LocatedBlockProto(b=block, offset=0, locs=[loc], corrupt=False, blockToken=token))
+        self._report(file, hdfs_pb2.LocatedBlockProto(b=block, offset=0, locs=[loc], corrupt=False, blockToken=token))
 
-    def _report_bad_replicas(self, path: str, block: LocatedBlock, bad: list[hdfs_pb2.DatanodeInfoProto]) -> None:
+    def _report_bad_replicas(self, file: HdfsFile, block: LocatedBlock, bad: list[hdfs_pb2.DatanodeInfoProto]) -> None:
         """Tell the NameNode which replicas served corrupt data (in the background)."""
-        self._report(path, hdfs_pb2.LocatedBlockProto(
+        self._report(file, hdfs_pb2.LocatedBlockProto(
             b=block.b, offset=block.offset, locs=bad, corrupt=False, blockToken=block.blockToken
         ))
 
-    def _report(self, path: str, report: LocatedBlock) -> None:
-        """Send one bad-block report in the background."""
+    def _report(self, file: HdfsFile, report: LocatedBlock) -> None:
+        """Send one bad-block report in the background, to the namespace that holds the file."""
+        path = file.path
+        namenode = file.namenode or self.namenode
 
         async def send() -> None:
             try:
-                await self.namenode.report_bad_blocks([report])
+                await namenode.report_bad_blocks([report])
                 self.stats.bad_block_reports += 1
                 log.warning(
                     "%s: reported corrupt replica(s) of block %d on %s to the NameNode",

@@ -9,6 +9,8 @@ $HADOOP_HOME/etc/hadoop), and turning a URI into the NameNode addresses to try
     hdfs://host/path          one NameNode on port 8020 (unless `host` is a nameservice)
     hdfs://nameservice/path   dfs.ha.namenodes.NS + dfs.namenode.rpc-address.NS.NN
     hdfs:///path              the NameNode(s) of fs.defaultFS
+    viewfs://TABLE/path       fs.viewfs.mounttable.TABLE.*: one `NameNodeTarget` per namespace it
+                              names (`ViewTarget`, see hdfsfuse.mounttable)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from hdfsfuse.errors import ConfigError
+from hdfsfuse.mounttable import MountTable, view_name
 
 DEFAULT_PORT = 8020
 MAX_CONF_FILE = 16 * 1024 * 1024
@@ -117,6 +120,7 @@ class NameNodeTarget:
     path: str
     settings: ClusterSettings = dataclasses.field(default_factory=ClusterSettings)
     observer_reads: bool = False  # the nameservice's proxy provider is ObserverReadProxyProvider
+    router: bool = False  # a federation Router (its proxy provider says so; else learnt from its answers)
 
     @property
     def ha(self) -> bool:
@@ -168,7 +172,7 @@ def resolve_uri(uri: str, conf: dict[str, str]) -> NameNodeTarget:
     except ValueError as e:
         raise ConfigError(f"bad URI {uri!r}: {e}") from None
     if parts.scheme != "hdfs":
-        raise ConfigError(f"bad URI {uri!r}: the scheme must be hdfs://")
+        raise ConfigError(f"bad URI {uri!r}: the scheme must be hdfs:// (or viewfs:// with a mount table)")
     if parts.query or parts.fragment:
         raise ConfigError(f"bad URI {uri!r}: query strings and fragments are not allowed")
     if parts.username or parts.password:
@@ -194,8 +198,10 @@ def resolve_uri(uri: str, conf: dict[str, str]) -> NameNodeTarget:
         ns_addrs = _nameservice_addresses(host, conf)
         if ns_addrs is not None:
             provider = conf.get(f"dfs.client.failover.proxy.provider.{host}", "").strip()
+            # Router*ProxyProvider: Hadoop's providers for Router-based federation.
             return NameNodeTarget(host, ns_addrs, path, ClusterSettings.from_conf(conf),
-                                  observer_reads=provider.endswith(".ObserverReadProxyProvider"))
+                                  observer_reads=provider.endswith(".ObserverReadProxyProvider"),
+                                  router=".Router" in provider)
         port = DEFAULT_PORT
     else:
         if not 0 < netloc_port < 65536:
@@ -203,3 +209,24 @@ def resolve_uri(uri: str, conf: dict[str, str]) -> NameNodeTarget:
         port = netloc_port
     label = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return NameNodeTarget(label, ((host, port),), path, ClusterSettings.from_conf(conf))
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewTarget:
+    """A viewfs:// mount: its mount table, and the NameNode(s) of every namespace the table names."""
+
+    label: str  # "viewfs://TABLE"
+    table: MountTable
+    namespaces: dict[str, NameNodeTarget]  # "hdfs://ns0" -> its NameNodes
+    path: str  # the mount root inside the view
+    settings: ClusterSettings
+
+
+def resolve_source(uri: str, conf: dict[str, str]) -> NameNodeTarget | ViewTarget:
+    """Resolve what a mount names: an hdfs:// URI, or a viewfs:// mount table."""
+    if uri.strip().lower().startswith("viewfs:"):
+        name, path = view_name(uri, conf)
+        table = MountTable.from_conf(name, conf)
+        namespaces = {t: resolve_uri(t, conf) for t in table.targets()}
+        return ViewTarget(f"viewfs://{name}", table, namespaces, path, ClusterSettings.from_conf(conf))
+    return resolve_uri(uri, conf)

@@ -25,7 +25,7 @@ import pyfuse3
 import trio
 
 from hdfsfuse.client import ClientOptions, HdfsClient
-from hdfsfuse.config import NameNodeTarget
+from hdfsfuse.config import NameNodeTarget, ViewTarget
 from hdfsfuse.datanode import Timeouts
 from hdfsfuse.errors import ConfigError
 from hdfsfuse.fs import HdfsOperations
@@ -146,8 +146,20 @@ def check_identity(options: MountOptions, client: HdfsClient) -> None:
         raise ConfigError("identity=ticket_cache needs a Kerberos cluster (hadoop.security.authentication=kerberos)")
 
 
+def check_view(options: MountOptions, target: NameNodeTarget | ViewTarget) -> None:
+    """What a viewfs mount (several namespaces) cannot do."""
+    if not isinstance(target, ViewTarget):
+        return
+    if options.inotify:
+        raise ConfigError(f"{target.label}: -o inotify follows one NameNode's edit log; a viewfs mount has "
+                          f"{len(target.namespaces)} namespaces (mount each hdfs:// namespace for live invalidation)")
+    if options.identity != "mount":
+        raise ConfigError(f"{target.label}: identity={options.identity} is not supported on viewfs mounts; "
+                          "requests run as the mount's user")
+
+
 async def run_mount(
-    source: str, target: NameNodeTarget, mountpoint: str, options: MountOptions,
+    source: str, target: NameNodeTarget | ViewTarget, mountpoint: str, options: MountOptions,
     ready: Callable[[], None], debug: bool = False, preflight_timeout: float = 10.0,
 ) -> None:
     """Mount, serve until told to stop, unmount. Raises before mounting if anything is wrong."""

@@ -39,6 +39,7 @@ from hdfsfuse.options import MountOptions
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.readahead import ReadaheadBudget, ReadaheadPlanner
 from hdfsfuse.stats import snapshot
+from hdfsfuse.viewfs import ViewNameNode
 from hdfsfuse.wire import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -295,7 +296,8 @@ class HdfsOperations(pyfuse3.Operations):
             raise FileNotFound(f"{self.root}: no such directory in HDFS")
         if st.fileType != IS_DIR:
             raise HdfsError(f"{self.root}: is not a directory")
-        self.inodes.set_root(st.fileId)
+        # A viewfs mount table or a Router: several namespaces, so entries are named by path.
+        self.inodes.set_root(st.fileId, by_path=isinstance(self.nn, ViewNameNode) or self.nn.router)
         self._store(ROOT_INODE, st)
 
     async def lookup(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
@@ -335,7 +337,8 @@ class HdfsOperations(pyfuse3.Operations):
         async with self._request("getattr", entry.shown):
             self.stats.cache_misses["attr"] += 1
             st = await self._nn(ctx).get_file_link_info(entry.nn_path)
-            if st is None:
+            if st is None or (entry.file_id and not entry.by_inode and not entry.snapshot
+                              and st.fileId != entry.file_id):  # federated: another file has its path now
                 return self._gone(inode, entry, cached)
             attrs = self._store(inode, st)
             if growing is not None:
@@ -355,7 +358,7 @@ class HdfsOperations(pyfuse3.Operations):
         if cached is not None and inode in self._open_inodes:
             return cached[1]  # still open: it keeps its last attributes, as a deleted local file does
         # ESTALE makes stat() look the name up again; a plain path lookup then finds what is there now.
-        raise pyfuse3.FUSEError(errno.ESTALE if entry.by_inode else errno.ENOENT)
+        raise pyfuse3.FUSEError(errno.ENOENT if entry.snapshot else errno.ESTALE)
 
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
         entry = self._entry(inode)
@@ -553,17 +556,20 @@ class HdfsOperations(pyfuse3.Operations):
         entry = self._entry(inode)
         async with self._request("open", entry.shown):
             if entry.by_inode:
-                file_id = self.inodes.root_file_id if inode == ROOT_INODE else inode
-                try:
-                    # Exactly this inode's file, checked by the NameNode as the caller.
-                    file = await self.client.open(entry.shown, file_id=file_id, namenode=self._nn(ctx))
-                except FileNotFound:
-                    # The kernel's name still points at a file deleted or replaced since: ESTALE
-                    # makes the VFS look the name up again and open what is there now.
-                    raise pyfuse3.FUSEError(errno.ESTALE) from None
+                path, file_id = entry.shown, self.inodes.root_file_id if inode == ROOT_INODE else inode
+            elif entry.snapshot:
+                path, file_id = entry.nn_path, 0  # a snapshot copy: its path is immutable
             else:
-                # A snapshot copy: its path is immutable.
-                file = await self.client.open(entry.nn_path, namenode=self._nn(ctx))
+                path, file_id = entry.nn_path, entry.file_id  # federated: by path, but still this file
+            try:
+                # Exactly this inode's file, checked by the NameNode as the caller.
+                file = await self.client.open(path, file_id=file_id, namenode=self._nn(ctx))
+            except FileNotFound:
+                if not file_id:
+                    raise
+                # The kernel's name still points at a file deleted or replaced since: ESTALE
+                # makes the VFS look the name up again and open what is there now.
+                raise pyfuse3.FUSEError(errno.ESTALE) from None
         key = (file.status.modification_time, file.length)
         keep = self._cache_keys.get(inode) == key
         self._cache_keys[inode] = key

@@ -3,11 +3,18 @@
     live entry       inode = the HDFS fileId; NameNode path /.reserved/.inodes/<fileId>
                      (a rename never stales it; a path replaced by another file has another fileId)
     snapshot entry   anything under a `.snapshot` directory shares fileIds with the live files, so
-                     it gets an inode of its own from SNAPSHOT_INODE_BASE up; its NameNode path is
+                     it gets an inode of its own from PATH_INODE_BASE up; its NameNode path is
                      its full path, which is immutable (the parent's path plus its name)
     the mount root   ROOT_INODE, whatever its fileId
 
-    kernel inode ──> Entry(parent, name, nn_path or "by inode", snapshot)
+A federated namespace (a viewfs mount table, or a Router in front of several NameNodes) has no
+single inode space: fileIds of different namespaces collide, and a Router cannot resolve
+/.reserved/.inodes paths. There (`by_path`) every entry is addressed by its path, as snapshot
+copies are, gets an inode of its own from PATH_INODE_BASE up, and remembers the fileId it was
+looked up with, so an open can still refuse a file replaced at that path since:
+
+    by inode:  kernel inode ──> Entry(parent, name, nn_path or "by inode", snapshot)
+    by path:   kernel inode ──> Entry(parent, name, nn_path = its path, file_id)
     lookup(parent, name) asks the NameNode for  join(parent.nn_path, name)
 
 Lookup counts are the kernel's references (lookup and readdirplus replies) minus forget; an entry
@@ -21,7 +28,7 @@ import itertools
 
 ROOT_INODE = 1
 SNAPSHOT_DIR = ".snapshot"
-SNAPSHOT_INODE_BASE = 1 << 56  # HDFS fileIds count up from 16385: far below this
+PATH_INODE_BASE = 1 << 56  # path-addressed inodes (snapshot copies, federated); fileIds are far below
 
 
 def join(parent: str, name: str) -> str:
@@ -39,10 +46,12 @@ class Entry:
     NameNode path is derived from its inode, and its shown path from its parent's.
     """
 
-    __slots__ = ("_nn_path", "inode", "lookups", "name", "parent", "snapshot")
+    __slots__ = ("_nn_path", "file_id", "inode", "lookups", "name", "parent", "snapshot")
 
-    def __init__(self, inode: int, parent: Entry | None, name: str, nn_path: str | None, snapshot: bool) -> None:
+    def __init__(self, inode: int, parent: Entry | None, name: str, nn_path: str | None, snapshot: bool,
+                 file_id: int = 0) -> None:
         self.inode = inode
+        self.file_id = file_id  # the HDFS fileId it was looked up with (0: a Router's synthetic directory)
         self.parent = parent  # the kernel keeps a parent referenced while it holds a child
         self.name = name
         self._nn_path = nn_path  # None: the inode path of `inode`
@@ -69,20 +78,24 @@ class InodeTable:
 
     def __init__(self, root: str, *, index_names: bool = False) -> None:
         self.root_file_id = 0
+        self.by_path = False  # a federated namespace: every entry is addressed by its path
         self.root = root
         root_entry = Entry(ROOT_INODE, None, root, root, SNAPSHOT_DIR in root.split("/"))
         self._entries: dict[int, Entry] = {ROOT_INODE: root_entry}
         # (parent inode, name) -> inode, to find the entries of a path the NameNode says changed
         # (live invalidation only: it costs a dict entry per name the kernel keeps).
         self._names: dict[tuple[int, str], int] | None = {} if index_names else None
-        self._snapshot_inodes: dict[str, int] = {}
-        self._next_snapshot_inode = itertools.count(SNAPSHOT_INODE_BASE)
+        self._path_inodes: dict[str, int] = {}
+        self._next_path_inode = itertools.count(PATH_INODE_BASE)
 
-    def set_root(self, file_id: int) -> None:
-        """The mount root's fileId, once known: from then on it is asked by inode path."""
+    def set_root(self, file_id: int, *, by_path: bool = False) -> None:
+        """The mount root's fileId, once known: from then on it is asked by inode path (unless
+        the namespace is federated, `by_path`)."""
         self.root_file_id = file_id
+        self.by_path = by_path
         root = self._entries[ROOT_INODE]
-        if file_id and not root.snapshot:
+        root.file_id = file_id
+        if file_id and not root.snapshot and not by_path:
             root._nn_path = inode_path(file_id)
 
     def get(self, inode: int) -> Entry | None:
@@ -96,17 +109,24 @@ class InodeTable:
         """The inode for `name` inside `parent` (created or refreshed), not yet referenced."""
         snapshot = parent.snapshot or name == SNAPSHOT_DIR
         nn_path: str | None = None
-        if snapshot or not file_id:  # (no fileId: a router's synthetic directory; only a path names it)
+        if snapshot or not file_id or self.by_path:  # (no fileId: a Router's synthetic directory)
             nn_path = self.child_path(parent, name)
-            inode = self._snapshot_inodes.get(nn_path) or next(self._next_snapshot_inode)
-            self._snapshot_inodes[nn_path] = inode
+            inode = self._path_inodes.get(nn_path, 0)
+            known = self._entries.get(inode)
+            if known is not None and known.file_id != file_id:
+                # Another file now has this path: a new inode, so the kernel keeps no page or
+                # attribute of the old one for it (the old entry lives on until forgotten).
+                self._unname(known)
+                inode = 0
+            if not inode:
+                inode = self._path_inodes[nn_path] = next(self._next_path_inode)
         elif file_id == self.root_file_id:
             return ROOT_INODE
         else:
             inode = file_id
         entry = self._entries.get(inode)
         if entry is None:
-            self._entries[inode] = Entry(inode, parent, name, nn_path, snapshot)
+            self._entries[inode] = Entry(inode, parent, name, nn_path, snapshot, file_id)
         elif entry.parent is not parent or entry.name != name:  # renamed, or seen through another name
             self._unname(entry)
             entry.parent, entry.name = parent, name
@@ -158,8 +178,8 @@ class InodeTable:
             return False
         del self._entries[inode]
         self._unname(entry)
-        if not entry.by_inode:
-            self._snapshot_inodes.pop(entry.nn_path, None)
+        if not entry.by_inode and self._path_inodes.get(entry.nn_path) == inode:
+            del self._path_inodes[entry.nn_path]
         return True
 
     def __len__(self) -> int:

@@ -134,6 +134,7 @@ class RpcResponse:
     error_msg: str = ""
     error_detail: int = 0
     state_id: int | None = None  # the server's state (with dfs.namenode.state.context.enabled)
+    from_router: bool = False  # the header carries routerFederatedState: a federation Router answered
 
     @property
     def fatal(self) -> bool:
@@ -209,6 +210,7 @@ def _parse_frame(frame: memoryview) -> RpcResponse:
         error_msg=header.errorMsg,
         error_detail=header.errorDetail,
         state_id=header.stateId if header.HasField("stateId") else None,
+        from_router=header.HasField("routerFederatedState"),
     )
 
 

@@ -120,6 +120,17 @@ class NameNodeClient:
     def connects(self) -> int:
         return sum(c.connects for c in self._conns)
 
+    @property
+    def router(self) -> bool:
+        """A federation Router, by configuration or by its answers: files behind it are named by
+        path (its fileIds are not unique, and /.reserved/.inodes paths do not resolve)."""
+        return self.target.router or any(c.router for c in self._conns)
+
+    def route(self, path: str) -> tuple[NameNodeClient, str]:
+        """The client and path that hold the file at `path` (a viewfs mount routes; one
+        NameNode holds everything)."""
+        return self, path
+
     async def aclose(self) -> None:
         for conn in self._conns:
             await conn.aclose()

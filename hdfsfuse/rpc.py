@@ -134,6 +134,10 @@ class RpcConnection:
         self._call_ids = itertools.count()
         self._closed = False
         self.connects = 0
+        # A federation Router answers on this address (its response headers carry
+        # routerFederatedState): fileIds are not unique behind it and /.reserved/.inodes
+        # paths do not resolve.
+        self.router = False
 
     @property
     def address(self) -> str:
@@ -334,6 +338,8 @@ class RpcConnection:
             slot = link.pending.pop(resp.call_id, None)
             if slot is None:
                 continue  # a call that gave up (deadline) before its answer came
+            if resp.from_router:
+                self.router = True
             if resp.status == ipc.SUCCESS:
                 slot.body = resp.body
                 if self.alignment is not None and resp.state_id is not None:

@@ -220,7 +220,7 @@ class StripedReader:
                 dead.add(src.address)
                 if isinstance(e, ChecksumMismatch):
                     client.stats.checksum_failures += 1
-                    client.report_bad_internal_block(file.path, src.block, src.loc, src.token)
+                    client.report_bad_internal_block(file, src.block, src.loc, src.token)
                     log.warning("%s; decoding around it", e)
                 else:
                     if isinstance(e, ConnectFailed):

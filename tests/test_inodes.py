@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hdfsfuse.inodes import ROOT_INODE, SNAPSHOT_INODE_BASE, InodeTable
+from hdfsfuse.inodes import ROOT_INODE, PATH_INODE_BASE, InodeTable
 
 
 def test_live_entries_are_fileids_asked_by_inode_path() -> None:
@@ -32,7 +32,7 @@ def test_snapshot_copies_get_their_own_inodes() -> None:
     s1 = t.get(t.child(snapdir, "s1", 16386))
     assert s1 is not None
     copy = t.child(s1, "file", 16387)  # the same fileId as the live file
-    assert copy != live and copy >= SNAPSHOT_INODE_BASE
+    assert copy != live and copy >= PATH_INODE_BASE
     entry = t.get(copy)
     assert entry is not None and entry.snapshot
     assert entry.nn_path == "/.reserved/.inodes/16386/.snapshot/s1/file"

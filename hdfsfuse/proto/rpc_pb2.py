@@ -24,41 +24,41 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\trpc.proto\x12\rhadoop.common\"\xb3\x02\n\x15RpcRequestHeaderProto\x12,\n\x07rpcKind\x18\x01 \x01(\x0e\x32\x1b.hadoop.common.RpcKindProto\x12\x42\n\x05rpcOp\x18\x02 \x01(\x0e\x32\x33.hadoop.common.RpcRequestHeaderProto.OperationProto\x12\x0e\n\x06\x63\x61llId\x18\x03 \x01(\x11\x12\x10\n\x08\x63lientId\x18\x04 \x01(\x0c\x12\x16\n\nretryCount\x18\x05 \x01(\x11:\x02-1\x12\x0f\n\x07stateId\x18\x08 \x01(\x03\"]\n\x0eOperationProto\x12\x14\n\x10RPC_FINAL_PACKET\x10\x00\x12\x1b\n\x17RPC_CONTINUATION_PACKET\x10\x01\x12\x18\n\x14RPC_CLOSE_CONNECTION\x10\x02\"\xdb\x05\n\x16RpcResponseHeaderProto\x12\x0e\n\x06\x63\x61llId\x18\x01 \x01(\r\x12\x44\n\x06status\x18\x02 \x01(\x0e\x32\x34.hadoop.common.RpcResponseHeaderProto.RpcStatusProto\x12\x1b\n\x13serverIpcVersionNum\x18\x03 \x01(\r\x12\x1a\n\x12\x65xceptionClassName\x18\x04 \x01(\t\x12\x10\n\x08\x65rrorMsg\x18\x05 \x01(\t\x12L\n\x0b\x65rrorDetail\x18\x06 \x01(\x0e\x32\x37.hadoop.common.RpcResponseHeaderProto.RpcErrorCodeProto\x12\x10\n\x08\x63lientId\x18\x07 \x01(\x0c\x12\x16\n\nretryCount\x18\x08 \x01(\x11:\x02-1\x12\x0f\n\x07stateId\x18\t \x01(\x03\"3\n\x0eRpcStatusProto\x12\x0b\n\x07SUCCESS\x10\x00\x12\t\n\x05\x45RROR\x10\x01\x12\t\n\x05\x46\x41TAL\x10\x02\"\xe1\x02\n\x11RpcErrorCodeProto\x12\x15\n\x11\x45RROR_APPLICATION\x10\x01\x12\x18\n\x14\x45RROR_NO_SUCH_METHOD\x10\x02\x12\x1a\n\x16\x45RROR_NO_SUCH_PROTOCOL\x10\x03\x12\x14\n\x10\x45RROR_RPC_SERVER\x10\x04\x12\x1e\n\x1a\x45RROR_SERIALIZING_RESPONSE\x10\x05\x12\x1e\n\x1a\x45RROR_RPC_VERSION_MISMATCH\x10\x06\x12\x11\n\rFATAL_UNKNOWN\x10\n\x12#\n\x1f\x46\x41TAL_UNSUPPORTED_SERIALIZATION\x10\x0b\x12\x1c\n\x18\x46\x41TAL_INVALID_RPC_HEADER\x10\x0c\x12\x1f\n\x1b\x46\x41TAL_DESERIALIZING_REQUEST\x10\r\x12\x1a\n\x16\x46\x41TAL_VERSION_MISMATCH\x10\x0e\x12\x16\n\x12\x46\x41TAL_UNAUTHORIZED\x10\x0f\"?\n\x14UserInformationProto\x12\x15\n\reffectiveUser\x18\x01 \x01(\t\x12\x10\n\x08realUser\x18\x02 \x01(\t\"d\n\x19IpcConnectionContextProto\x12\x35\n\x08userInfo\x18\x02 \x01(\x0b\x32#.hadoop.common.UserInformationProto\x12\x10\n\x08protocol\x18\x03 \x01(\t\"k\n\x12RequestHeaderProto\x12\x12\n\nmethodName\x18\x01 \x01(\t\x12\"\n\x1a\x64\x65\x63laringClassProtocolName\x18\x02 \x01(\t\x12\x1d\n\x15\x63lientProtocolVersion\x18\x03 \x01(\x04\"Q\n\nTokenProto\x12\x12\n\nidentifier\x18\x01 \x01(\x0c\x12\x10\n\x08password\x18\x02 \x01(\x0c\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0f\n\x07service\x18\x04 \x01(\t\"\xdd\x02\n\x0cRpcSaslProto\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x34\n\x05state\x18\x02 \x01(\x0e\x32%.hadoop.common.RpcSaslProto.SaslState\x12\r\n\x05token\x18\x03 \x01(\x0c\x12\x33\n\x05\x61uths\x18\x04 \x03(\x0b\x32$.hadoop.common.RpcSaslProto.SaslAuth\x1a\x64\n\x08SaslAuth\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x11\n\tmechanism\x18\x02 \x01(\t\x12\x10\n\x08protocol\x18\x03 \x01(\t\x12\x10\n\x08serverId\x18\x04 \x01(\t\x12\x11\n\tchallenge\x18\x05 \x01(\x0c\"\\\n\tSaslState\x12\x0b\n\x07SUCCESS\x10\x00\x12\r\n\tNEGOTIATE\x10\x01\x12\x0c\n\x08INITIATE\x10\x02\x12\r\n\tCHALLENGE\x10\x03\x12\x0c\n\x08RESPONSE\x10\x04\x12\x08\n\x04WRAP\x10\x05\"]\n\x12\x43redentialsKVProto\x12\r\n\x05\x61lias\x18\x01 \x01(\t\x12(\n\x05token\x18\x02 \x01(\x0b\x32\x19.hadoop.common.TokenProto\x12\x0e\n\x06secret\x18\x03 \x01(\x0c\"y\n\x10\x43redentialsProto\x12\x31\n\x06tokens\x18\x01 \x03(\x0b\x32!.hadoop.common.CredentialsKVProto\x12\x32\n\x07secrets\x18\x02 \x03(\x0b\x32!.hadoop.common.CredentialsKVProto*J\n\x0cRpcKindProto\x12\x0f\n\x0bRPC_BUILTIN\x10\x00\x12\x10\n\x0cRPC_WRITABLE\x10\x01\x12\x17\n\x13RPC_PROTOCOL_BUFFER\x10\x02')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\trpc.proto\x12\rhadoop.common\"\xb3\x02\n\x15RpcRequestHeaderProto\x12,\n\x07rpcKind\x18\x01 \x01(\x0e\x32\x1b.hadoop.common.RpcKindProto\x12\x42\n\x05rpcOp\x18\x02 \x01(\x0e\x32\x33.hadoop.common.RpcRequestHeaderProto.OperationProto\x12\x0e\n\x06\x63\x61llId\x18\x03 \x01(\x11\x12\x10\n\x08\x63lientId\x18\x04 \x01(\x0c\x12\x16\n\nretryCount\x18\x05 \x01(\x11:\x02-1\x12\x0f\n\x07stateId\x18\x08 \x01(\x03\"]\n\x0eOperationProto\x12\x14\n\x10RPC_FINAL_PACKET\x10\x00\x12\x1b\n\x17RPC_CONTINUATION_PACKET\x10\x01\x12\x18\n\x14RPC_CLOSE_CONNECTION\x10\x02\"\xf9\x05\n\x16RpcResponseHeaderProto\x12\x0e\n\x06\x63\x61llId\x18\x01 \x01(\r\x12\x44\n\x06status\x18\x02 \x01(\x0e\x32\x34.hadoop.common.RpcResponseHeaderProto.RpcStatusProto\x12\x1b\n\x13serverIpcVersionNum\x18\x03 \x01(\r\x12\x1a\n\x12\x65xceptionClassName\x18\x04 \x01(\t\x12\x10\n\x08\x65rrorMsg\x18\x05 \x01(\t\x12L\n\x0b\x65rrorDetail\x18\x06 \x01(\x0e\x32\x37.hadoop.common.RpcResponseHeaderProto.RpcErrorCodeProto\x12\x10\n\x08\x63lientId\x18\x07 \x01(\x0c\x12\x16\n\nretryCount\x18\x08 \x01(\x11:\x02-1\x12\x0f\n\x07stateId\x18\t \x01(\x03\x12\x1c\n\x14routerFederatedState\x18\n \x01(\x0c\"3\n\x0eRpcStatusProto\x12\x0b\n\x07SUCCESS\x10\x00\x12\t\n\x05\x45RROR\x10\x01\x12\t\n\x05\x46\x41TAL\x10\x02\"\xe1\x02\n\x11RpcErrorCodeProto\x12\x15\n\x11\x45RROR_APPLICATION\x10\x01\x12\x18\n\x14\x45RROR_NO_SUCH_METHOD\x10\x02\x12\x1a\n\x16\x45RROR_NO_SUCH_PROTOCOL\x10\x03\x12\x14\n\x10\x45RROR_RPC_SERVER\x10\x04\x12\x1e\n\x1a\x45RROR_SERIALIZING_RESPONSE\x10\x05\x12\x1e\n\x1a\x45RROR_RPC_VERSION_MISMATCH\x10\x06\x12\x11\n\rFATAL_UNKNOWN\x10\n\x12#\n\x1f\x46\x41TAL_UNSUPPORTED_SERIALIZATION\x10\x0b\x12\x1c\n\x18\x46\x41TAL_INVALID_RPC_HEADER\x10\x0c\x12\x1f\n\x1b\x46\x41TAL_DESERIALIZING_REQUEST\x10\r\x12\x1a\n\x16\x46\x41TAL_VERSION_MISMATCH\x10\x0e\x12\x16\n\x12\x46\x41TAL_UNAUTHORIZED\x10\x0f\"?\n\x14UserInformationProto\x12\x15\n\reffectiveUser\x18\x01 \x01(\t\x12\x10\n\x08realUser\x18\x02 \x01(\t\"d\n\x19IpcConnectionContextProto\x12\x35\n\x08userInfo\x18\x02 \x01(\x0b\x32#.hadoop.common.UserInformationProto\x12\x10\n\x08protocol\x18\x03 \x01(\t\"k\n\x12RequestHeaderProto\x12\x12\n\nmethodName\x18\x01 \x01(\t\x12\"\n\x1a\x64\x65\x63laringClassProtocolName\x18\x02 \x01(\t\x12\x1d\n\x15\x63lientProtocolVersion\x18\x03 \x01(\x04\"Q\n\nTokenProto\x12\x12\n\nidentifier\x18\x01 \x01(\x0c\x12\x10\n\x08password\x18\x02 \x01(\x0c\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0f\n\x07service\x18\x04 \x01(\t\"\xdd\x02\n\x0cRpcSaslProto\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x34\n\x05state\x18\x02 \x01(\x0e\x32%.hadoop.common.RpcSaslProto.SaslState\x12\r\n\x05token\x18\x03 \x01(\x0c\x12\x33\n\x05\x61uths\x18\x04 \x03(\x0b\x32$.hadoop.common.RpcSaslProto.SaslAuth\x1a\x64\n\x08SaslAuth\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x11\n\tmechanism\x18\x02 \x01(\t\x12\x10\n\x08protocol\x18\x03 \x01(\t\x12\x10\n\x08serverId\x18\x04 \x01(\t\x12\x11\n\tchallenge\x18\x05 \x01(\x0c\"\\\n\tSaslState\x12\x0b\n\x07SUCCESS\x10\x00\x12\r\n\tNEGOTIATE\x10\x01\x12\x0c\n\x08INITIATE\x10\x02\x12\r\n\tCHALLENGE\x10\x03\x12\x0c\n\x08RESPONSE\x10\x04\x12\x08\n\x04WRAP\x10\x05\"]\n\x12\x43redentialsKVProto\x12\r\n\x05\x61lias\x18\x01 \x01(\t\x12(\n\x05token\x18\x02 \x01(\x0b\x32\x19.hadoop.common.TokenProto\x12\x0e\n\x06secret\x18\x03 \x01(\x0c\"y\n\x10\x43redentialsProto\x12\x31\n\x06tokens\x18\x01 \x03(\x0b\x32!.hadoop.common.CredentialsKVProto\x12\x32\n\x07secrets\x18\x02 \x03(\x0b\x32!.hadoop.common.CredentialsKVProto*J\n\x0cRpcKindProto\x12\x0f\n\x0bRPC_BUILTIN\x10\x00\x12\x10\n\x0cRPC_WRITABLE\x10\x01\x12\x17\n\x13RPC_PROTOCOL_BUFFER\x10\x02')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rpc_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RPCKINDPROTO']._serialized_start=2001
-  _globals['_RPCKINDPROTO']._serialized_end=2075
+  _globals['_RPCKINDPROTO']._serialized_start=2031
+  _globals['_RPCKINDPROTO']._serialized_end=2105
   _globals['_RPCREQUESTHEADERPROTO']._serialized_start=29
   _globals['_RPCREQUESTHEADERPROTO']._serialized_end=336
   _globals['_RPCREQUESTHEADERPROTO_OPERATIONPROTO']._serialized_start=243
   _globals['_RPCREQUESTHEADERPROTO_OPERATIONPROTO']._serialized_end=336
   _globals['_RPCRESPONSEHEADERPROTO']._serialized_start=339
-  _globals['_RPCRESPONSEHEADERPROTO']._serialized_end=1070
-  _globals['_RPCRESPONSEHEADERPROTO_RPCSTATUSPROTO']._serialized_start=663
-  _globals['_RPCRESPONSEHEADERPROTO_RPCSTATUSPROTO']._serialized_end=714
-  _globals['_RPCRESPONSEHEADERPROTO_RPCERRORCODEPROTO']._serialized_start=717
-  _globals['_RPCRESPONSEHEADERPROTO_RPCERRORCODEPROTO']._serialized_end=1070
-  _globals['_USERINFORMATIONPROTO']._serialized_start=1072
-  _globals['_USERINFORMATIONPROTO']._serialized_end=1135
-  _globals['_IPCCONNECTIONCONTEXTPROTO']._serialized_start=1137
-  _globals['_IPCCONNECTIONCONTEXTPROTO']._serialized_end=1237
-  _globals['_REQUESTHEADERPROTO']._serialized_start=1239
-  _globals['_REQUESTHEADERPROTO']._serialized_end=1346
-  _globals['_TOKENPROTO']._serialized_start=1348
-  _globals['_TOKENPROTO']._serialized_end=1429
-  _globals['_RPCSASLPROTO']._serialized_start=1432
-  _globals['_RPCSASLPROTO']._serialized_end=1781
-  _globals['_RPCSASLPROTO_SASLAUTH']._serialized_start=1587
-  _globals['_RPCSASLPROTO_SASLAUTH']._serialized_end=1687
-  _globals['_RPCSASLPROTO_SASLSTATE']._serialized_start=1689
-  _globals['_RPCSASLPROTO_SASLSTATE']._serialized_end=1781
-  _globals['_CREDENTIALSKVPROTO']._serialized_start=1783
-  _globals['_CREDENTIALSKVPROTO']._serialized_end=1876
-  _globals['_CREDENTIALSPROTO']._serialized_start=1878
-  _globals['_CREDENTIALSPROTO']._serialized_end=1999
+  _globals['_RPCRESPONSEHEADERPROTO']._serialized_end=1100
+  _globals['_RPCRESPONSEHEADERPROTO_RPCSTATUSPROTO']._serialized_start=693
+  _globals['_RPCRESPONSEHEADERPROTO_RPCSTATUSPROTO']._serialized_end=744
+  _globals['_RPCRESPONSEHEADERPROTO_RPCERRORCODEPROTO']._serialized_start=747
+  _globals['_RPCRESPONSEHEADERPROTO_RPCERRORCODEPROTO']._serialized_end=1100
+  _globals['_USERINFORMATIONPROTO']._serialized_start=1102
+  _globals['_USERINFORMATIONPROTO']._serialized_end=1165
+  _globals['_IPCCONNECTIONCONTEXTPROTO']._serialized_start=1167
+  _globals['_IPCCONNECTIONCONTEXTPROTO']._serialized_end=1267
+  _globals['_REQUESTHEADERPROTO']._serialized_start=1269
+  _globals['_REQUESTHEADERPROTO']._serialized_end=1376
+  _globals['_TOKENPROTO']._serialized_start=1378
+  _globals['_TOKENPROTO']._serialized_end=1459
+  _globals['_RPCSASLPROTO']._serialized_start=1462
+  _globals['_RPCSASLPROTO']._serialized_end=1811
+  _globals['_RPCSASLPROTO_SASLAUTH']._serialized_start=1617
+  _globals['_RPCSASLPROTO_SASLAUTH']._serialized_end=1717
+  _globals['_RPCSASLPROTO_SASLSTATE']._serialized_start=1719
+  _globals['_RPCSASLPROTO_SASLSTATE']._serialized_end=1811
+  _globals['_CREDENTIALSKVPROTO']._serialized_start=1813
+  _globals['_CREDENTIALSKVPROTO']._serialized_end=1906
+  _globals['_CREDENTIALSPROTO']._serialized_start=1908
+  _globals['_CREDENTIALSPROTO']._serialized_end=2029
 # @@protoc_insertion_point(module_scope)
