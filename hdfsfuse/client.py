@@ -131,6 +131,7 @@ class HdfsFile:
         self.opened = False
         self.dead: dict[int, set[str]] = {}  # block start -> DataNodes that failed reading it
         self.namenode: NameNodeClient | None = None  # the opener's identity (None: the client's own)
+        self.dn_security: DataTransferSecurity | None = None  # its namespace's SASL on DataNode connections
         self.ec_policy: EcPolicy | None = None  # erasure-coded: its blocks are striped groups
         self._plans: dict[int, BlockPlan] = {}
         self._group_plans: dict[int, GroupPlan] = {}
@@ -234,8 +235,9 @@ class HdfsClient:
     ) -> None:
         self.namenode = namenode
         self.credentials: Credentials | None = None
-        self.dn_security: DataTransferSecurity | None = None  # SASL on DataNode connections, when needed
-        self._transfer_checked = False
+        # SASL on DataNode connections, decided per namespace (a data-encryption key belongs to
+        # one block pool); None keeps the read path free of it.
+        self._transfer: dict[NameNodeClient, DataTransferSecurity | None] = {}
         self.options = options or ClientOptions()
         self.stats = stats or Stats()
         self.settings = settings or ClusterSettings()
@@ -318,11 +320,12 @@ class HdfsClient:
         if status.fileType == hdfs_pb2.HdfsFileStatusProto.IS_DIR:
             raise IsADirectory(f"{path}: is a directory")
         policy = self.check_supported(path, status)
-        await self.check_data_transfer()
+        security = await self.check_data_transfer(nn)
         blocksize = status.blocksize or 128 * 1024 * 1024
         group_bytes = blocksize * (policy.data_units if policy is not None else 1)  # file bytes per block
         file = HdfsFile(path, status, window=self.options.location_window_blocks * group_bytes, by_inode=by_inode)
         file.namenode = nn
+        file.dn_security = security
         file.ec_policy = policy
         await self._locate(file, 0, file.window)
         file.opened = True
@@ -337,16 +340,17 @@ class HdfsClient:
             raise NotSupported(f"{path}: files in an encryption zone are not supported")
         return resolve_policy(status.ecPolicy, path) if status.HasField("ecPolicy") else None
 
-    async def check_data_transfer(self) -> None:
-        """Decide, from the configuration and the server defaults, whether DataNode connections
-        may need SASL (`dn_security`; None keeps the read path free of it)."""
-        if self._transfer_checked:
-            return
-        defaults = await self.namenode.get_server_defaults()
-        kerberos = self.credentials is not None and self.credentials.kerberos
-        if defaults.encryptDataTransfer or (kerberos and self.settings.data_transfer_protection):
-            self.dn_security = DataTransferSecurity(self.namenode, self.settings, self.stats, kerberos=kerberos)
-        self._transfer_checked = True
+    async def check_data_transfer(self, namenode: NameNodeClient) -> DataTransferSecurity | None:
+        """Decide, from the configuration and the namespace's server defaults, whether its
+        DataNode connections may need SASL (None keeps the read path free of it)."""
+        if namenode not in self._transfer:
+            defaults = await namenode.get_server_defaults()
+            kerberos = self.credentials is not None and self.credentials.kerberos
+            needed = defaults.encryptDataTransfer or (kerberos and self.settings.data_transfer_protection)
+            self._transfer[namenode] = (
+                DataTransferSecurity(namenode, self.settings, self.stats, kerberos=kerberos) if needed else None
+            )
+        return self._transfer[namenode]
 
     async def refresh(self, file: HdfsFile) -> None:
         """Fetch fresh locations and tokens for the file's first window and its last block, and its length."""
@@ -474,7 +478,7 @@ class HdfsClient:
         block = file.map.block_at(piece.block_start)
         plan = file.block_plan(piece.block_start, self.client_name, self.settings.use_datanode_hostname)
         request = filechecksum.encode_request(block.b, block.blockToken)
-        security = None if self.dn_security is None else self.dn_security.for_block(plan.token)
+        security = None if file.dn_security is None else file.dn_security.for_block(plan.token)
         errors = []
         for address, (_, description) in plan.replicas:
             try:
@@ -645,7 +649,7 @@ class HdfsClient:
                 data = await read_replica(
                     self.pool, address, request, piece.offset_in_block, piece.length,
                     description, self.options.timeouts, self.stats,
-                    None if self.dn_security is None else self.dn_security.for_block(plan.token), keep,
+                    None if file.dn_security is None else file.dn_security.for_block(plan.token), keep,
                 )
             except (HdfsError, ProtocolError) as e:
                 return e

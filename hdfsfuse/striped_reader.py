@@ -209,7 +209,7 @@ class StripedReader:
             return None
         for src in sources:
             request = dtp.encode_read_block(src.header_field, start, length)
-            security = None if client.dn_security is None else client.dn_security.for_block(src.token)
+            security = None if file.dn_security is None else file.dn_security.for_block(src.token)
             try:
                 return await read_replica(client.pool, src.address, request, start, length, src.what,
                                           client.options.timeouts, client.stats, security, keep)

@@ -9,31 +9,30 @@ Owns: one `NameNodeClient` per namespace the table names (each with its own HA f
 observer reads), the statuses and listings of the table's internal directories (mount points
 listed with their targets' real statuses, beside the fallback's entries), and `route()`, which
 gives an open file the namespace and path it lives at, so its block locations, tokens, bad-block
-reports and inode-path pinning all stay with that namespace. Calls that name no path (server
-defaults, data-encryption keys, statfs) go to the primary namespace: the merge-slash or fallback
-target, else the first link's.
+reports, data-encryption keys and inode-path pinning all stay with that namespace. statfs, which
+names no file, asks the primary namespace (the merge-slash or fallback target, else the first
+link's), then the others.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TypeVar
-
-from google.protobuf.message import Message
 
 from hdfsfuse.config import ViewTarget
-from hdfsfuse.errors import FileNotFound, NotSupported
+from hdfsfuse.errors import FileNotFound, HdfsError, NotSupported
 from hdfsfuse.mounttable import Internal, Link
 from hdfsfuse.namenode import FileStatus, LocatedBlocks, NameNodeClient
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.security import RpcAuth
 
-M = TypeVar("M", bound=Message)
+log = logging.getLogger(__name__)
 
 INTERNAL_DIR_MODE = 0o555  # as ViewFileSystem shows its internal directories
+NO_QUOTA = (1 << 64) - 1  # Hadoop's -1 in the summary's uint64 quota fields
 
 
 class ViewNameNode:
@@ -44,8 +43,6 @@ class ViewNameNode:
         self.namespaces = namespaces
         self.primary = namespaces[target.table.targets()[0]]
         self.user = self.primary.user
-        self.auth = self.primary.auth
-        self.observers = None
         self.created_ms = int(time.time() * 1000)
 
     @classmethod
@@ -116,10 +113,6 @@ class ViewNameNode:
         if isinstance(where, Link):
             return self.namespaces[where.target], where.remote
         return where
-
-    async def call(self, method: str, request: M | Message, response_type: type[M]) -> M:
-        """A call that names no path (data-encryption keys): the primary namespace."""
-        return await self.primary.call(method, request, response_type)
 
     # ----- statuses and listings ----------------------------------------------------------------
 
@@ -205,8 +198,8 @@ class ViewNameNode:
         where = self._where(path)
         if not isinstance(where, Internal):
             return await where[0].get_content_summary(where[1])
-        total = hdfs_pb2.ContentSummaryProto(length=0, fileCount=0, directoryCount=1, quota=-1,
-                                             spaceConsumed=0, spaceQuota=-1)
+        total = hdfs_pb2.ContentSummaryProto(length=0, fileCount=0, directoryCount=1, quota=NO_QUOTA,
+                                             spaceConsumed=0, spaceQuota=NO_QUOTA)
         parts = [await self.get_content_summary(f"{where.path.rstrip('/')}/{name}") for name in where.children]
         if where.fallback is not None:
             try:
@@ -226,8 +219,13 @@ class ViewNameNode:
             raise NotSupported(f"{path}: a directory of the viewfs mount table has no storage policy")
         return await where[0].get_storage_policy(where[1])
 
-    async def get_server_defaults(self) -> hdfs_pb2.FsServerDefaultsProto:
-        return await self.primary.get_server_defaults()
-
     async def get_fs_stats(self) -> hdfs_pb2.GetFsStatsResponseProto:
-        return await self.primary.get_fs_stats()
+        """The primary namespace's figures (federated namespaces share their DataNodes); the
+        next namespace's when it does not answer."""
+        clients = [self.primary, *(c for c in self.namespaces.values() if c is not self.primary)]
+        for client in clients[:-1]:
+            try:
+                return await client.get_fs_stats()
+            except HdfsError as e:
+                log.warning("statfs: %s did not answer (%s); asking the next namespace", client.target.label, e)
+        return await clients[-1].get_fs_stats()

@@ -95,12 +95,12 @@ async def test_unknown_encryption_key_is_fetched_again(secure, tmp_path: Path, m
         f = await c.open("/key/f")
         assert bytes(await c.read_range(f, 0, 1000)) == data[:1000]
         assert c.stats.encryption_key_fetches == 1
-        assert c.dn_security is not None and c.dn_security._key is not None
-        c.dn_security._key.keyId ^= 0x5A5A5A5A  # a key id the DataNodes never issued
+        assert f.dn_security is not None and f.dn_security._key is not None
+        f.dn_security._key.keyId ^= 0x5A5A5A5A  # a key id the DataNodes never issued
         c.pool.close()  # the next read needs a new connection, hence a handshake
         assert bytes(await c.read_range(f, 5000, 1000)) == data[5000:6000]
         assert c.stats.encryption_key_fetches == 2
-        c.dn_security._key.expiryDate = 1  # expired: fetched again before any DataNode sees it
+        f.dn_security._key.expiryDate = 1  # expired: fetched again before any DataNode sees it
         c.pool.close()
         assert bytes(await c.read_range(f, 9000, 10)) == data[9000:9010]
         assert c.stats.encryption_key_fetches == 3

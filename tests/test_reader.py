@@ -247,8 +247,9 @@ async def test_no_datanode_sasl_on_a_simple_cluster(cluster: MiniDfs, data_dir: 
     cluster.put_bytes(b"x" * 100, f"{data_dir}/p")
     conf = conf_with(cluster, tmp_path, "dfs.data.transfer.protection", "integrity")
     async with client_for(cluster, conf_dir=conf) as client:
-        assert bytes(await client.read_range(f"{data_dir}/p", 0, 100)) == b"x" * 100
-        assert client.dn_security is None and not client.stats.dn_sasl
+        f = await client.open(f"{data_dir}/p")
+        assert bytes(await client.read_range(f, 0, 100)) == b"x" * 100
+        assert f.dn_security is None and not client.stats.dn_sasl
 
 
 async def test_hung_datanode_times_out() -> None:

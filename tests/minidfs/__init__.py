@@ -27,8 +27,6 @@ from pathlib import Path
 from typing import Any
 
 LAUNCHER_DIR = Path(__file__).resolve().parent
-_CLASSES = LAUNCHER_DIR / "target" / "classes"
-_CLASSPATH_FILE = LAUNCHER_DIR / "target" / "classpath.txt"
 _MAIN_CLASS = "hdfsfuse.minidfs.Main"
 _SOURCES = [LAUNCHER_DIR / "pom.xml", *LAUNCHER_DIR.glob("src/main/**/*.*")]
 
@@ -46,24 +44,31 @@ def _java() -> str:
     return "java"
 
 
-def ensure_built() -> str:
-    """Build the launcher if its sources changed; return the java classpath."""
+def ensure_built(router: bool = False) -> str:
+    """Build the launcher if its sources changed; return the java classpath.
+
+    `router`: the second build, on Hadoop 3.4.2 with Router-based federation (Maven profile
+    "router", in target-router/), for --router clusters; Maven serves hadoop-hdfs-rbf only up to
+    3.4.2, and one JVM never mixes 3.4 and 3.5 jars.
+    """
+    target = LAUNCHER_DIR / ("target-router" if router else "target")
+    classes, classpath_file = target / "classes", target / "classpath.txt"
     lock_path = LAUNCHER_DIR / ".build.lock"
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        main_class = _CLASSES / "hdfsfuse" / "minidfs" / "Main.class"
+        main_class = classes / "hdfsfuse" / "minidfs" / "Main.class"
         newest_source = max(p.stat().st_mtime for p in _SOURCES)
         fresh = (
             main_class.exists()
-            and _CLASSPATH_FILE.exists()
+            and classpath_file.exists()
             and main_class.stat().st_mtime >= newest_source
-            and _CLASSPATH_FILE.stat().st_mtime >= newest_source
+            and classpath_file.stat().st_mtime >= newest_source
         )
         if not fresh:
             cmd = [
-                "mvn", "-B", "-q", "-f", str(LAUNCHER_DIR / "pom.xml"),
+                "mvn", "-B", "-q", "-f", str(LAUNCHER_DIR / "pom.xml"), *(["-P", "router"] if router else []),
                 "compile", "dependency:build-classpath",
-                f"-Dmdep.outputFile={_CLASSPATH_FILE}",
+                f"-Dmdep.outputFile={classpath_file}",
             ]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
@@ -71,8 +76,8 @@ def ensure_built() -> str:
                     "building the MiniDFS launcher failed:\n" + proc.stdout[-4000:] + proc.stderr[-4000:]
                 )
             main_class.touch()
-            _CLASSPATH_FILE.touch()
-    return f"{_CLASSES}:{_CLASSPATH_FILE.read_text().strip()}"
+            classpath_file.touch()
+    return f"{classes}:{classpath_file.read_text().strip()}"
 
 
 KIT_ENV = "HDFSFUSE_LIBHADOOP_KIT"
@@ -155,6 +160,10 @@ class ClusterOptions:
     # Short-circuit local reads: a domain socket per DataNode (needs libhadoop-kit; see
     # `short_circuit_unavailable`). The socket directory is passed in by MiniDfs.start.
     short_circuit: bool = False
+    # Federation: this many nameservices ns0, ns1, ... (2 to 4; each an HA pair with `ha`).
+    federation: int = 0
+    # A Router-based federation front over two subclusters ns0 and ns1 (the Hadoop 3.4.2 build).
+    router: bool = False
 
     def argv(self) -> list[str]:
         args = [
@@ -170,6 +179,8 @@ class ClusterOptions:
         args += ["--block-tokens"] if self.block_tokens else []
         args += ["--permissions"] if self.permissions else []
         args += ["--datanode-hostname", self.datanode_hostname]
+        args += ["--federation", str(self.federation)] if self.federation else []
+        args += ["--router"] if self.router else []
         if self.kerberos:
             args += ["--kerberos", "--rpc-protection", self.rpc_protection]
             if self.data_transfer_protection:
@@ -198,7 +209,7 @@ class MiniDfs:
     # ----- lifecycle -------------------------------------------------------------------------
 
     def start(self, timeout: float = 180.0) -> MiniDfs:
-        classpath = ensure_built()
+        classpath = ensure_built(router=self.options.router)
         self._base_dir = Path(tempfile.mkdtemp(prefix="hdfsfuse-minidfs-"))
         self.log_path = self._base_dir / "launcher.log"
         # A per-cluster classpath directory: a secure cluster's ssl-client.xml / ssl-server.xml.
@@ -295,6 +306,20 @@ class MiniDfs:
     def krb5_env(self) -> dict[str, str]:
         """Environment for a process that talks to this cluster's KDC."""
         return {"KRB5_CONFIG": self.kerberos["krb5_conf"]} if "kerberos" in self.ready else {}
+
+    @property
+    def nameservices(self) -> list[dict[str, Any]]:
+        """A federated cluster's nameservices: [{"id": "ns0", "uri": "hdfs://ns0", "namenodes": [...]}]."""
+        return list(self.ready["nameservices"])
+
+    @property
+    def router_uri(self) -> str:
+        """hdfs://127.0.0.1:PORT of a --router cluster's Router."""
+        return str(self.ready["router_uri"])
+
+    def add_mount(self, src: str, ns: str, dst: str) -> None:
+        """A Router mount-table entry: `src` in the Router's namespace is `dst` in nameservice `ns`."""
+        self.command("add_mount", src=src, ns=ns, dst=dst)
 
     @property
     def conf_dir(self) -> str:

@@ -39,7 +39,15 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
                    help="the DataNodes' io.file.buffer.size (their packet size under SASL)")
     p.add_argument("--short-circuit", action="store_true",
                    help="a domain socket per DataNode for short-circuit local reads (builds libhadoop-kit once)")
+    p.add_argument("--federation", metavar="N", type=int, default=0,
+                   help="N nameservices ns0..ns(N-1) (2 to 4), each an HA pair with --ha")
+    p.add_argument("--router", action="store_true",
+                   help="a Router-based federation front over two subclusters (the launcher's Hadoop 3.4.2 build)")
     a = p.parse_args(argv)
+    if a.federation and not 2 <= a.federation <= 4:
+        p.error("--federation takes 2 to 4 nameservices")
+    if (a.federation or a.router) and (a.observer or a.kerberos):
+        p.error("--federation and --router do not combine with --observer or --kerberos")
     secure_only = [a.rpc_protection != "authentication", a.data_transfer_protection, a.encrypt_data_transfer,
                    a.ticket_lifetime, a.proxy_user]
     if any(secure_only) and not a.kerberos:
@@ -51,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
         datanode_hostname=a.datanode_hostname, kerberos=a.kerberos, rpc_protection=a.rpc_protection,
         data_transfer_protection=a.data_transfer_protection, encrypt_data_transfer=a.encrypt_data_transfer,
         ticket_lifetime=a.ticket_lifetime, proxy_user=a.proxy_user, io_file_buffer_size=a.io_file_buffer_size,
-        short_circuit=a.short_circuit,
+        short_circuit=a.short_circuit, federation=a.federation or (2 if a.router else 0), router=a.router,
     )
 
 

@@ -57,6 +57,11 @@ public final class Main {
   private MiniDFSCluster cluster;
   private Configuration conf;
   private Secure secure;
+  private Front router;
+  private String routerAddress;
+  // The namespace of the command being served: the scheme and authority of its path, when it
+  // names one (hdfs://ns1/x, or a Router's address), else the default file system.
+  private String commandFs;
   private final Map<String, MiniDFSCluster.DataNodeProperties> stopped = new HashMap<>();
   private final Map<String, FSDataOutputStream> openWriters = new HashMap<>();
 
@@ -83,6 +88,10 @@ public final class Main {
     // Short-circuit local reads: a UNIX domain socket per DataNode in this directory (the JVM
     // runs with java.library.path at a libhadoop.so built from libhadoop-kit).
     String domainSocketDir = null;
+    // Federation: this many nameservices ns0, ns1, ... (each an HA pair with --ha); 0 = one.
+    int federation = 0;
+    // A Router-based federation front over two subclusters (a launcher built on Hadoop 3.4.2).
+    boolean router = false;
 
     static Options parse(String[] args) {
       Options o = new Options();
@@ -110,6 +119,8 @@ public final class Main {
           case "--ticket-lifetime": o.ticketLifetime = Long.parseLong(v); i++; break;
           case "--proxy-user": o.proxyUser = v; i++; break;
           case "--domain-socket-dir": o.domainSocketDir = v; i++; break;
+          case "--federation": o.federation = Integer.parseInt(v); i++; break;
+          case "--router": o.router = true; break;
           default: throw new IllegalArgumentException("unknown launcher option: " + a);
         }
       }
@@ -124,6 +135,15 @@ public final class Main {
       }
       if (o.ticketLifetime < 0 || (o.ticketLifetime > 0 && o.ticketLifetime < 10)) {
         throw new IllegalArgumentException("--ticket-lifetime must be at least 10 seconds");
+      }
+      if (o.router && o.federation == 0) {
+        o.federation = 2;
+      }
+      if (o.federation == 1 || o.federation < 0 || o.federation > 4) {
+        throw new IllegalArgumentException("--federation takes 2 to 4 nameservices");
+      }
+      if (o.federation > 0 && (o.observer || o.kerberos)) {
+        throw new IllegalArgumentException("--federation does not combine with --observer or --kerberos");
       }
       if (o.kerberos && o.resourceDir == null) {
         throw new IllegalArgumentException("--kerberos needs --resource-dir (a classpath directory)");
@@ -227,14 +247,27 @@ public final class Main {
 
     MiniDFSCluster.Builder b = new MiniDFSCluster.Builder(conf).numDataNodes(opts.datanodes)
         .checkDataNodeHostConfig(true);  // keep our dfs.datanode.hostname
-    if (opts.ha) {
+    if (opts.federation > 0) {
+      MiniDFSNNTopology topology = new MiniDFSNNTopology();
+      for (int n = 0; n < opts.federation; n++) {
+        MiniDFSNNTopology.NSConf ns = new MiniDFSNNTopology.NSConf(nameservice(n));
+        for (int k = 0; k < nnPerNameservice(); k++) {
+          ns.addNN(new MiniDFSNNTopology.NNConf(opts.ha ? "nn" + k : null));
+        }
+        topology.addNameservice(ns);
+      }
+      topology.setFederation(true);
+      b.nnTopology(topology);
+    } else if (opts.ha) {
       b.nnTopology(MiniDFSNNTopology.simpleHATopology(nnCount()));
     }
     // Symlinks are off by default in Hadoop 2+; tests need them.
     org.apache.hadoop.fs.FileSystem.enableSymlinks();
     cluster = b.build();
     if (opts.ha) {
-      cluster.transitionToActive(0);
+      for (int n = 0; n < Math.max(1, opts.federation); n++) {
+        cluster.transitionToActive(n * nnPerNameservice());
+      }
     }
     if (opts.observer) {
       cluster.transitionToObserver(2);
@@ -247,7 +280,37 @@ public final class Main {
     File confDir = new File(base, "conf");
     confDir.mkdirs();
     writeClientConf(confDir);
+    if (opts.router) {
+      router = (Front) Class.forName("hdfsfuse.minidfs.RouterFront").getDeclaredConstructor().newInstance();
+      routerAddress = router.start(conf, nameservices(), new File(base, "router"));
+    }
     out.println(JSON.writeValueAsString(readyLine(confDir)));
+  }
+
+  /** The Router of a --router cluster: compiled only in the launcher's 3.4.2 build (RouterFront). */
+  public interface Front {
+    /** Start a Router over the nameservices; return its RPC address host:port. */
+    String start(Configuration conf, List<String> nameservices, File dir) throws Exception;
+
+    void addMount(String src, String ns, String dst) throws Exception;
+
+    void stop() throws Exception;
+  }
+
+  private static String nameservice(int n) {
+    return "ns" + n;
+  }
+
+  private List<String> nameservices() {
+    List<String> ids = new java.util.ArrayList<>();
+    for (int n = 0; n < opts.federation; n++) {
+      ids.add(nameservice(n));
+    }
+    return ids;
+  }
+
+  private int nnPerNameservice() {
+    return opts.observer ? 3 : opts.ha ? 2 : 1;
   }
 
   private String domainSocketPattern() {
@@ -255,15 +318,35 @@ public final class Main {
   }
 
   private int nnCount() {
-    return opts.observer ? 3 : opts.ha ? 2 : 1;
+    return nnPerNameservice() * Math.max(1, opts.federation);
   }
 
   private String nnRpc(int i) {
     return "127.0.0.1:" + cluster.getNameNodePort(i);
   }
 
+  /** The default file system, as clients name it (a federation: its first nameservice). */
   private String fsUri() {
+    if (opts.federation > 0) {
+      return "hdfs://" + nameservice(0);
+    }
     return opts.ha ? "hdfs://" + NAMESERVICE : "hdfs://" + nnRpc(0);
+  }
+
+  /**
+   * A URI the launcher's own Java client can open: Java takes hdfs://NS as a logical name only
+   * for an HA nameservice, so a federation's single NameNodes are named by address.
+   */
+  private String javaUri(String uri) throws Exception {
+    java.net.URI u = new java.net.URI(uri);
+    if (opts.federation > 0 && !opts.ha && u.getPort() == -1) {
+      for (int n = 0; n < opts.federation; n++) {
+        if (nameservice(n).equals(u.getHost())) {
+          return "hdfs://" + nnRpc(n);
+        }
+      }
+    }
+    return uri;
   }
 
   private void writeClientConf(File confDir) throws Exception {
@@ -279,7 +362,9 @@ public final class Main {
       hdfs.set("dfs.domain.socket.path", domainSocketPattern());
       hdfs.setBoolean("dfs.client.read.shortcircuit", true);
     }
-    if (opts.ha) {
+    if (opts.federation > 0) {
+      federationConf(hdfs);
+    } else if (opts.ha) {
       hdfs.set("dfs.nameservices", NAMESERVICE);
       StringBuilder ids = new StringBuilder();
       for (int i = 0; i < nnCount(); i++) {
@@ -300,12 +385,38 @@ public final class Main {
       hdfs.writeXml(o);
     }
     // The Java referee uses the same client configuration as our client would.
-    conf.set("fs.defaultFS", fsUri());
-    if (opts.ha) {
+    conf.set("fs.defaultFS", javaUri(fsUri()));
+    if (opts.ha || opts.federation > 0) {
       for (Map.Entry<String, String> e : hdfs) {
         conf.set(e.getKey(), e.getValue());
       }
     }
+  }
+
+  /** Client keys for every nameservice of a federated cluster (each an HA pair with --ha). */
+  private void federationConf(Configuration hdfs) {
+    hdfs.set("dfs.nameservices", String.join(",", nameservices()));
+    for (int n = 0; n < opts.federation; n++) {
+      String ns = nameservice(n);
+      int first = n * nnPerNameservice();
+      if (!opts.ha) {
+        hdfs.set("dfs.namenode.rpc-address." + ns, nnRpc(first));
+        hdfs.set("dfs.namenode.http-address." + ns,
+            "127.0.0.1:" + cluster.getNameNode(first).getHttpAddress().getPort());
+        continue;
+      }
+      StringBuilder ids = new StringBuilder();
+      for (int k = 0; k < nnPerNameservice(); k++) {
+        ids.append(k == 0 ? "" : ",").append("nn").append(k);
+        hdfs.set("dfs.namenode.rpc-address." + ns + ".nn" + k, nnRpc(first + k));
+        hdfs.set("dfs.namenode.http-address." + ns + ".nn" + k,
+            "127.0.0.1:" + cluster.getNameNode(first + k).getHttpAddress().getPort());
+      }
+      hdfs.set("dfs.ha.namenodes." + ns, ids.toString());
+      hdfs.set("dfs.client.failover.proxy.provider." + ns,
+          "org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider");
+    }
+    hdfs.setBoolean("dfs.client.failover.random.order", false);
   }
 
   private ObjectNode readyLine(File confDir) {
@@ -314,8 +425,23 @@ public final class Main {
     r.put("uri", fsUri());
     r.put("ha", opts.ha);
     r.put("observer", opts.observer);
-    if (opts.ha) {
+    if (opts.ha && opts.federation == 0) {
       r.put("nameservice", NAMESERVICE);
+    }
+    if (opts.federation > 0) {
+      ArrayNode list = r.putArray("nameservices");
+      for (int n = 0; n < opts.federation; n++) {
+        ObjectNode ns = list.addObject();
+        ns.put("id", nameservice(n));
+        ns.put("uri", "hdfs://" + nameservice(n));
+        ArrayNode rpcs = ns.putArray("namenodes");
+        for (int k = 0; k < nnPerNameservice(); k++) {
+          rpcs.add(nnRpc(n * nnPerNameservice() + k));
+        }
+      }
+    }
+    if (router != null) {
+      r.put("router_uri", "hdfs://" + routerAddress);
     }
     ArrayNode nns = r.putArray("namenodes");
     int nnCount = nnCount();
@@ -409,10 +535,28 @@ public final class Main {
   }
 
   private DistributedFileSystem fs() throws Exception {
-    return (DistributedFileSystem) org.apache.hadoop.fs.FileSystem.get(new java.net.URI(fsUri()), conf);
+    String uri = javaUri(commandFs != null ? commandFs : fsUri());
+    return (DistributedFileSystem) org.apache.hadoop.fs.FileSystem.get(new java.net.URI(uri), conf);
+  }
+
+  /** A path without its scheme and authority (DFSClient takes bare paths). */
+  private static String bare(String path) {
+    return new Path(path).toUri().getPath();
   }
 
   private ObjectNode dispatch(String name, JsonNode cmd) throws Exception {
+    commandFs = null;
+    if (!name.equals("add_mount")) {
+      for (String field : new String[] {"path", "src", "dst", "target"}) {
+        JsonNode v = cmd.get(field);
+        if (v != null && v.asText().startsWith("hdfs://")) {
+          java.net.URI u = new java.net.URI(v.asText());
+          String fs = javaUri(u.getScheme() + "://" + u.getAuthority());
+          ((ObjectNode) cmd).put(field, fs + u.getRawPath());
+          commandFs = commandFs != null ? commandFs : fs;
+        }
+      }
+    }
     ObjectNode r = JSON.createObjectNode();
     r.put("ok", true);
     switch (name) {
@@ -584,7 +728,7 @@ public final class Main {
         requireSecure(name);
         secure.delegationToken(text(cmd, "user"), cmd.has("renewer") ? text(cmd, "renewer") : null,
             text(cmd, "file"), cmd.has("format") && text(cmd, "format").equals("protobuf"),
-            new java.net.URI(fsUri()), conf, r);
+            new java.net.URI(javaUri(fsUri())), conf, r);
         break;
       case "set_acl":
         fs().modifyAclEntries(new Path(text(cmd, "path")),
@@ -596,7 +740,7 @@ public final class Main {
         Configuration c = new Configuration(conf);
         c.set("dfs.checksum.combine.mode", "COMPOSITE_CRC");
         try (org.apache.hadoop.fs.FileSystem fs = org.apache.hadoop.fs.FileSystem.newInstance(
-            new java.net.URI(fsUri()), c)) {
+            new java.net.URI(javaUri(fsUri())), c)) {
           org.apache.hadoop.fs.FileChecksum sum = fs.getFileChecksum(new Path(text(cmd, "path")));
           r.put("algorithm", sum == null ? null : sum.getAlgorithmName());
           StringBuilder hex = new StringBuilder();
@@ -636,8 +780,15 @@ public final class Main {
           org.apache.hadoop.hdfs.DFSTestUtil.createKey(key, cluster, activeNameNode(), conf);
         }
         fs().mkdirs(dir);
-        new org.apache.hadoop.hdfs.client.HdfsAdmin(new java.net.URI(fsUri()), conf).createEncryptionZone(
+        new org.apache.hadoop.hdfs.client.HdfsAdmin(new java.net.URI(javaUri(fsUri())), conf).createEncryptionZone(
             dir, key, java.util.EnumSet.of(org.apache.hadoop.hdfs.client.CreateEncryptionZoneFlag.NO_TRASH));
+        break;
+      }
+      case "add_mount": {
+        if (router == null) {
+          throw new IllegalStateException("add_mount needs a Router (--router)");
+        }
+        router.addMount(text(cmd, "src"), text(cmd, "ns"), text(cmd, "dst"));
         break;
       }
       case "shutdown": break;
@@ -712,7 +863,7 @@ public final class Main {
   }
 
   private void stat(String path, ObjectNode r) throws Exception {
-    HdfsFileStatus st = fs().getClient().getFileLinkInfo(path);
+    HdfsFileStatus st = fs().getClient().getFileLinkInfo(bare(path));
     if (st == null) {
       r.put("exists", false);
       return;
@@ -754,7 +905,7 @@ public final class Main {
   }
 
   private LocatedBlocks located(String path) throws Exception {
-    return fs().getClient().getLocatedBlocks(path, 0, Long.MAX_VALUE);
+    return fs().getClient().getLocatedBlocks(bare(path), 0, Long.MAX_VALUE);
   }
 
   private void blocks(String path, ObjectNode r) throws Exception {
@@ -973,6 +1124,13 @@ public final class Main {
         o.close();
       } catch (Exception e) {
         System.err.println("closing a writer at shutdown: " + e);
+      }
+    }
+    if (router != null) {
+      try {
+        router.stop();
+      } catch (Exception e) {
+        System.err.println("stopping the Router: " + e);
       }
     }
     if (cluster != null) {
