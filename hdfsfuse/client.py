@@ -312,9 +312,8 @@ class HdfsClient:
         viewfs mount hands the file to the namespace that holds it.
         """
         nn, path = (namenode or self.namenode).route(path)
-        by_inode = not nn.router
         await nn.sync_for_open()
-        status = await nn.get_file_info(locate_path(path, file_id) if by_inode else path)
+        status = await nn.get_file_info(path if nn.router else locate_path(path, file_id))
         if status is None or (file_id and status.fileId != file_id):
             raise FileNotFound(f"{path}: no such file" if status is None else f"{path}: replaced by another file")
         if status.fileType == hdfs_pb2.HdfsFileStatusProto.IS_DIR:
@@ -323,7 +322,8 @@ class HdfsClient:
         security = await self.check_data_transfer(nn)
         blocksize = status.blocksize or 128 * 1024 * 1024
         group_bytes = blocksize * (policy.data_units if policy is not None else 1)  # file bytes per block
-        file = HdfsFile(path, status, window=self.options.location_window_blocks * group_bytes, by_inode=by_inode)
+        file = HdfsFile(path, status, window=self.options.location_window_blocks * group_bytes,
+                        by_inode=not nn.router)  # (known by now: a Router says so in every answer)
         file.namenode = nn
         file.dn_security = security
         file.ec_policy = policy
@@ -452,9 +452,8 @@ class HdfsClient:
 
     async def file_checksum(self, file: HdfsFile) -> str:
         """The file's COMPOSITE_CRC checksum (`COMPOSITE-CRC32C 0a1b2c3d`), from each block's
-        DataNode (OP_BLOCK_CHECKSUM): no data is read. See `hdfsfuse.filechecksum`."""
-        if file.ec_policy is not None:
-            raise NotSupported(f"{file.path}: checksums of erasure-coded files are not supported")
+        DataNode (OP_BLOCK_CHECKSUM, or OP_BLOCK_GROUP_CHECKSUM for an erasure-coded file's block
+        groups): no data is read. See `hdfsfuse.filechecksum`."""
         if file.under_construction:
             raise NotSupported(f"{file.path}: the file is being written; its checksum is not final")
         if file.length == 0:
@@ -464,7 +463,16 @@ class HdfsClient:
         crcs: list[tuple[int, int]] = []
         kind = None
         for piece in file.map.pieces(0, file.length):
-            crc, block_kind = await self._block_crc(file, piece)
+            block = file.map.block_at(piece.block_start)
+            if file.ec_policy is not None:
+                request = filechecksum.encode_group_request(block, file.status.ecPolicy, piece.length)
+                addresses = [xfer_address(loc, self.settings.use_datanode_hostname) for loc in block.locs]
+                what = f"block group {block.b.blockId} of {file.path}"
+            else:
+                request = filechecksum.encode_request(block.b, block.blockToken)
+                plan = file.block_plan(piece.block_start, self.client_name, self.settings.use_datanode_hostname)
+                addresses, what = [address for address, _ in plan.replicas], plan.what
+            crc, block_kind = await self._block_crc(file, block, request, addresses, what)
             if kind is not None and block_kind != kind:
                 raise NotSupported(f"{file.path}: its blocks use different checksum types; COMPOSITE_CRC "
                                    "needs one")
@@ -473,16 +481,15 @@ class HdfsClient:
         assert kind is not None
         return filechecksum.describe(filechecksum.file_crc(crcs, kind), kind)
 
-    async def _block_crc(self, file: HdfsFile, piece: Piece) -> tuple[int, int]:
-        """(CRC, checksum type) of one block, from the first replica that answers."""
-        block = file.map.block_at(piece.block_start)
-        plan = file.block_plan(piece.block_start, self.client_name, self.settings.use_datanode_hostname)
-        request = filechecksum.encode_request(block.b, block.blockToken)
-        security = None if file.dn_security is None else file.dn_security.for_block(plan.token)
+    async def _block_crc(self, file: HdfsFile, block: LocatedBlock, request: bytes, addresses: list[str],
+                         what: str) -> tuple[int, int]:
+        """(CRC, checksum type) of one block or block group, from the first DataNode that answers."""
+        security = None if file.dn_security is None else file.dn_security.for_block(block.blockToken)
         errors = []
-        for address, (_, description) in plan.replicas:
+        for address in dict.fromkeys(addresses):  # a group's DataNode may hold two of its blocks
             try:
-                raw = await block_op(address, request, description, self.options.timeouts, self.stats, security)
+                raw = await block_op(address, request, f"{what} on DataNode {address}", self.options.timeouts,
+                                     self.stats, security)
                 reply = datatransfer_pb2.BlockOpResponseProto.FromString(raw)
             except (HdfsError, ProtocolError, DecodeError) as e:
                 errors.append(f"{address}: {e}")
@@ -493,9 +500,9 @@ class HdfsClient:
                 errors.append(f"{address}: {datatransfer_pb2.Status.Name(reply.status)} {message}".rstrip())
                 continue
             if answer.crcType not in filechecksum.POLYNOMIALS:
-                raise NotSupported(f"{plan.what} has no CRC checksums (type {answer.crcType})")
+                raise NotSupported(f"{what} has no CRC checksums (type {answer.crcType})")
             return int.from_bytes(answer.blockChecksum, "big"), answer.crcType
-        raise BlockUnavailable(f"{plan.what}: no DataNode gave its checksum: {'; '.join(errors) or 'no replicas'}")
+        raise BlockUnavailable(f"{what}: no DataNode gave its checksum: {'; '.join(errors) or 'no locations'}")
 
     # ----- reading ------------------------------------------------------------------------------
 

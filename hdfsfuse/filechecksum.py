@@ -9,7 +9,15 @@ block, composed from its chunk CRCs), so no data crosses the wire:
     response: varint len + BlockOpResponseProto {status, checksumResponse {bytesPerCrc,
                                             crcPerBlock, blockChecksum (4 bytes BE), crcType}}
 
-The file's CRC composes the block CRCs in order: crc(A || B) = crc(A) * x^(8 |B|) mod P xor
+An erasure-coded file's block groups are asked with OP_BLOCK_GROUP_CHECKSUM (0x5A) instead, at any
+one of the group's DataNodes, which digests the group's data blocks in file order (reconstructing
+a lost one) and answers the same response:
+
+    request:  00 1C | 0x5A | varint len + OpBlockGroupChecksumProto {header {group, token},
+                            datanodes, blockTokens, ecPolicy, blockIndices, requestedNumBytes,
+                            blockChecksumOptions {COMPOSITE_CRC, stripeLength 0}}
+
+The file's CRC composes the block (or group) CRCs in order: crc(A || B) = crc(A) * x^(8 |B|) mod P xor
 crc(B), in the reflected representation (CrcUtil.compose, the same as zlib's crc32_combine).
 The result therefore equals the CRC of the whole file's bytes. Like Hadoop's CrcComposer, a
 running value of 0 counts as "nothing yet" and is replaced by the next block's CRC.
@@ -26,6 +34,9 @@ from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.wire import encode_varint
 
 OP_BLOCK_CHECKSUM = 85
+OP_BLOCK_GROUP_CHECKSUM = 90
+_COMPOSITE = datatransfer_pb2.BlockChecksumOptionsProto(blockChecksumType=datatransfer_pb2.COMPOSITE_CRC,
+                                                        stripeLength=0)
 POLYNOMIALS = {CHECKSUM_CRC32C: 0x82F63B78, CHECKSUM_CRC32: 0xEDB88320}  # reflected, x^32 implicit
 ALGORITHMS = {CHECKSUM_CRC32C: "COMPOSITE-CRC32C", CHECKSUM_CRC32: "COMPOSITE-CRC32"}
 _X0 = 0x80000000  # the polynomial 1 in the reflected representation
@@ -81,8 +92,18 @@ def describe(crc: int, kind: int) -> str:
 
 def encode_request(block: hdfs_pb2.ExtendedBlockProto, token: rpc_pb2.TokenProto) -> bytes:
     op = datatransfer_pb2.OpBlockChecksumProto(
-        header=datatransfer_pb2.BaseHeaderProto(block=block, token=token),
-        blockChecksumOptions=datatransfer_pb2.BlockChecksumOptionsProto(
-            blockChecksumType=datatransfer_pb2.COMPOSITE_CRC, stripeLength=0),
+        header=datatransfer_pb2.BaseHeaderProto(block=block, token=token), blockChecksumOptions=_COMPOSITE,
     ).SerializeToString()
     return struct.pack(">hB", DATA_TRANSFER_VERSION, OP_BLOCK_CHECKSUM) + encode_varint(len(op)) + op
+
+
+def encode_group_request(group: hdfs_pb2.LocatedBlockProto, policy: hdfs_pb2.ErasureCodingPolicyProto,
+                         requested: int) -> bytes:
+    """OP_BLOCK_GROUP_CHECKSUM for a located block group, digesting its first `requested` bytes."""
+    op = datatransfer_pb2.OpBlockGroupChecksumProto(
+        header=datatransfer_pb2.BaseHeaderProto(block=group.b, token=group.blockToken),
+        datanodes=datatransfer_pb2.DatanodeInfosProto(datanodes=group.locs),
+        blockTokens=group.blockTokens, ecPolicy=policy, blockIndices=list(group.blockIndices),
+        requestedNumBytes=requested, blockChecksumOptions=_COMPOSITE,
+    ).SerializeToString()
+    return struct.pack(">hB", DATA_TRANSFER_VERSION, OP_BLOCK_GROUP_CHECKSUM) + encode_varint(len(op)) + op

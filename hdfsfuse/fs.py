@@ -296,8 +296,10 @@ class HdfsOperations(pyfuse3.Operations):
             raise FileNotFound(f"{self.root}: no such directory in HDFS")
         if st.fileType != IS_DIR:
             raise HdfsError(f"{self.root}: is not a directory")
-        # A viewfs mount table or a Router: several namespaces, so entries are named by path.
-        self.inodes.set_root(st.fileId, by_path=isinstance(self.nn, ViewNameNode) or self.nn.router)
+        # A viewfs mount table or a Router (no NameNode gives a directory fileId 0; a Router's
+        # synthetic root has it): several namespaces, so entries are named by path.
+        federated = isinstance(self.nn, ViewNameNode) or self.nn.router or st.fileId == 0
+        self.inodes.set_root(st.fileId, by_path=federated)
         self._store(ROOT_INODE, st)
 
     async def lookup(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:

@@ -168,10 +168,6 @@ class ViewNameNode:
         listing = [entries[name] for name in sorted(entries) if name > start_after]
         return hdfs_pb2.DirectoryListingProto(partialListing=listing, remainingEntries=0)
 
-    async def sync_for_open(self) -> None:
-        for client in self.namespaces.values():
-            await client.sync_for_open()
-
     # ----- facts ------------------------------------------------------------------------------
 
     async def get_block_locations(self, path: str, offset: int, length: int) -> LocatedBlocks:

@@ -183,3 +183,15 @@ def test_ipv6_uri_label_and_datanode_addresses() -> None:
     assert settings.use_datanode_hostname and settings.data_transfer_protection == "privacy"
     assert resolve_uri("hdfs://nn:1/", {"dfs.client.use.datanode.hostname": "true"}).settings == settings.__class__(
         use_datanode_hostname=True)
+
+
+def test_a_router_nameservice_is_known_by_its_proxy_provider() -> None:
+    conf = {"dfs.nameservices": "fed,ha", "dfs.namenode.rpc-address.fed": "r1:8888",
+            "dfs.client.failover.proxy.provider.fed":
+                "org.apache.hadoop.hdfs.server.namenode.ha.RouterObserverReadConfiguredFailoverProxyProvider",
+            "dfs.namenode.rpc-address.ha": "n1:8020",
+            "dfs.client.failover.proxy.provider.ha":
+                "org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider"}
+    assert resolve_uri("hdfs://fed/", conf).router
+    assert not resolve_uri("hdfs://ha/", conf).router
+    assert not resolve_uri("hdfs://n1:8020/", conf).router

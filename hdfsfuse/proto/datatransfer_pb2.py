@@ -26,19 +26,19 @@ from . import rpc_pb2 as rpc__pb2
 from . import hdfs_pb2 as hdfs__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x64\x61tatransfer.proto\x12\x0bhadoop.hdfs\x1a\trpc.proto\x1a\nhdfs.proto\"k\n\x0f\x42\x61seHeaderProto\x12.\n\x05\x62lock\x18\x01 \x01(\x0b\x32\x1f.hadoop.hdfs.ExtendedBlockProto\x12(\n\x05token\x18\x02 \x01(\x0b\x32\x19.hadoop.common.TokenProto\"b\n\x1a\x43lientOperationHeaderProto\x12\x30\n\nbaseHeader\x18\x01 \x01(\x0b\x32\x1c.hadoop.hdfs.BaseHeaderProto\x12\x12\n\nclientName\x18\x02 \x01(\t\"=\n\x14\x43\x61\x63hingStrategyProto\x12\x12\n\ndropBehind\x18\x01 \x01(\x08\x12\x11\n\treadahead\x18\x02 \x01(\x03\"\xc1\x01\n\x10OpReadBlockProto\x12\x37\n\x06header\x18\x01 \x01(\x0b\x32\'.hadoop.hdfs.ClientOperationHeaderProto\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0b\n\x03len\x18\x03 \x01(\x04\x12\x1b\n\rsendChecksums\x18\x04 \x01(\x08:\x04true\x12:\n\x0f\x63\x61\x63hingStrategy\x18\x05 \x01(\x0b\x32!.hadoop.hdfs.CachingStrategyProto\"W\n\rChecksumProto\x12,\n\x04type\x18\x01 \x01(\x0e\x32\x1e.hadoop.hdfs.ChecksumTypeProto\x12\x18\n\x10\x62ytesPerChecksum\x18\x02 \x01(\r\"\\\n\x17ReadOpChecksumInfoProto\x12,\n\x08\x63hecksum\x18\x01 \x01(\x0b\x32\x1a.hadoop.hdfs.ChecksumProto\x12\x13\n\x0b\x63hunkOffset\x18\x02 \x01(\x04\"y\n\x19\x42lockChecksumOptionsProto\x12\x46\n\x11\x62lockChecksumType\x18\x01 \x01(\x0e\x32#.hadoop.hdfs.BlockChecksumTypeProto:\x06MD5CRC\x12\x14\n\x0cstripeLength\x18\x02 \x01(\x04\"\x8a\x01\n\x14OpBlockChecksumProto\x12,\n\x06header\x18\x01 \x01(\x0b\x32\x1c.hadoop.hdfs.BaseHeaderProto\x12\x44\n\x14\x62lockChecksumOptions\x18\x02 \x01(\x0b\x32&.hadoop.hdfs.BlockChecksumOptionsProto\"\xd6\x01\n\x1cOpBlockChecksumResponseProto\x12\x13\n\x0b\x62ytesPerCrc\x18\x01 \x01(\r\x12\x13\n\x0b\x63rcPerBlock\x18\x02 \x01(\x04\x12\x15\n\rblockChecksum\x18\x03 \x01(\x0c\x12/\n\x07\x63rcType\x18\x04 \x01(\x0e\x32\x1e.hadoop.hdfs.ChecksumTypeProto\x12\x44\n\x14\x62lockChecksumOptions\x18\x05 \x01(\x0b\x32&.hadoop.hdfs.BlockChecksumOptionsProto\"\x8c\x02\n\x14\x42lockOpResponseProto\x12#\n\x06status\x18\x01 \x01(\x0e\x32\x13.hadoop.hdfs.Status\x12\x14\n\x0c\x66irstBadLink\x18\x02 \x01(\t\x12\x43\n\x10\x63hecksumResponse\x18\x03 \x01(\x0b\x32).hadoop.hdfs.OpBlockChecksumResponseProto\x12@\n\x12readOpChecksumInfo\x18\x04 \x01(\x0b\x32$.hadoop.hdfs.ReadOpChecksumInfoProto\x12\x0f\n\x07message\x18\x05 \x01(\t\x12!\n\x19shortCircuitAccessVersion\x18\x06 \x01(\r\"<\n\x15\x43lientReadStatusProto\x12#\n\x06status\x18\x01 \x01(\x0e\x32\x13.hadoop.hdfs.Status\"\x7f\n\x11PacketHeaderProto\x12\x15\n\roffsetInBlock\x18\x01 \x01(\x10\x12\r\n\x05seqno\x18\x02 \x01(\x10\x12\x19\n\x11lastPacketInBlock\x18\x03 \x01(\x08\x12\x0f\n\x07\x64\x61taLen\x18\x04 \x01(\x0f\x12\x18\n\tsyncBlock\x18\x05 \x01(\x08:\x05\x66\x61lse\"\xfb\x02\n!DataTransferEncryptorMessageProto\x12Z\n\x06status\x18\x01 \x01(\x0e\x32J.hadoop.hdfs.DataTransferEncryptorMessageProto.DataTransferEncryptorStatus\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x34\n\x0c\x63ipherOption\x18\x04 \x03(\x0b\x32\x1e.hadoop.hdfs.CipherOptionProto\x12:\n\x0fhandshakeSecret\x18\x05 \x01(\x0b\x32!.hadoop.hdfs.HandshakeSecretProto\x12\x18\n\x10\x61\x63\x63\x65ssTokenError\x18\x06 \x01(\x08\"L\n\x1b\x44\x61taTransferEncryptorStatus\x12\x0b\n\x07SUCCESS\x10\x00\x12\x15\n\x11\x45RROR_UNKNOWN_KEY\x10\x01\x12\t\n\x05\x45RROR\x10\x02\"4\n\x14HandshakeSecretProto\x12\x0e\n\x06secret\x18\x01 \x01(\x0c\x12\x0c\n\x04\x62pid\x18\x02 \x01(\t\"}\n\x11\x43ipherOptionProto\x12,\n\x05suite\x18\x01 \x01(\x0e\x32\x1d.hadoop.hdfs.CipherSuiteProto\x12\r\n\x05inKey\x18\x02 \x01(\x0c\x12\x0c\n\x04inIv\x18\x03 \x01(\x0c\x12\x0e\n\x06outKey\x18\x04 \x01(\x0c\x12\r\n\x05outIv\x18\x05 \x01(\x0c\"0\n\x16ShortCircuitShmIdProto\x12\n\n\x02hi\x18\x01 \x01(\x03\x12\n\n\x02lo\x18\x02 \x01(\x03\"_\n\x18ShortCircuitShmSlotProto\x12\x32\n\x05shmId\x18\x01 \x01(\x0b\x32#.hadoop.hdfs.ShortCircuitShmIdProto\x12\x0f\n\x07slotIdx\x18\x02 \x01(\x05\"\xc0\x01\n OpRequestShortCircuitAccessProto\x12,\n\x06header\x18\x01 \x01(\x0b\x32\x1c.hadoop.hdfs.BaseHeaderProto\x12\x12\n\nmaxVersion\x18\x02 \x01(\r\x12\x35\n\x06slotId\x18\x03 \x01(\x0b\x32%.hadoop.hdfs.ShortCircuitShmSlotProto\x12#\n\x1bsupportsReceiptVerification\x18\x04 \x01(\x08\"^\n%ReleaseShortCircuitAccessRequestProto\x12\x35\n\x06slotId\x18\x01 \x01(\x0b\x32%.hadoop.hdfs.ShortCircuitShmSlotProto\"\\\n&ReleaseShortCircuitAccessResponseProto\x12#\n\x06status\x18\x01 \x01(\x0e\x32\x13.hadoop.hdfs.Status\x12\r\n\x05\x65rror\x18\x02 \x01(\t\"1\n\x1bShortCircuitShmRequestProto\x12\x12\n\nclientName\x18\x01 \x01(\t\"\x83\x01\n\x1cShortCircuitShmResponseProto\x12#\n\x06status\x18\x01 \x01(\x0e\x32\x13.hadoop.hdfs.Status\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12/\n\x02id\x18\x03 \x01(\x0b\x32#.hadoop.hdfs.ShortCircuitShmIdProto*\x8c\x02\n\x06Status\x12\x0b\n\x07SUCCESS\x10\x00\x12\t\n\x05\x45RROR\x10\x01\x12\x12\n\x0e\x45RROR_CHECKSUM\x10\x02\x12\x11\n\rERROR_INVALID\x10\x03\x12\x10\n\x0c\x45RROR_EXISTS\x10\x04\x12\x16\n\x12\x45RROR_ACCESS_TOKEN\x10\x05\x12\x0f\n\x0b\x43HECKSUM_OK\x10\x06\x12\x15\n\x11\x45RROR_UNSUPPORTED\x10\x07\x12\x0f\n\x0bOOB_RESTART\x10\x08\x12\x11\n\rOOB_RESERVED1\x10\t\x12\x11\n\rOOB_RESERVED2\x10\n\x12\x11\n\rOOB_RESERVED3\x10\x0b\x12\x0f\n\x0bIN_PROGRESS\x10\x0c\x12\x16\n\x12\x45RROR_BLOCK_PINNED\x10\r*7\n\x16\x42lockChecksumTypeProto\x12\n\n\x06MD5CRC\x10\x01\x12\x11\n\rCOMPOSITE_CRC\x10\x02*M\n\x10\x43ipherSuiteProto\x12\x0b\n\x07UNKNOWN\x10\x01\x12\x15\n\x11\x41\x45S_CTR_NOPADDING\x10\x02\x12\x15\n\x11SM4_CTR_NOPADDING\x10\x03')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x64\x61tatransfer.proto\x12\x0bhadoop.hdfs\x1a\trpc.proto\x1a\nhdfs.proto\"k\n\x0f\x42\x61seHeaderProto\x12.\n\x05\x62lock\x18\x01 \x01(\x0b\x32\x1f.hadoop.hdfs.ExtendedBlockProto\x12(\n\x05token\x18\x02 \x01(\x0b\x32\x19.hadoop.common.TokenProto\"b\n\x1a\x43lientOperationHeaderProto\x12\x30\n\nbaseHeader\x18\x01 \x01(\x0b\x32\x1c.hadoop.hdfs.BaseHeaderProto\x12\x12\n\nclientName\x18\x02 \x01(\t\"=\n\x14\x43\x61\x63hingStrategyProto\x12\x12\n\ndropBehind\x18\x01 \x01(\x08\x12\x11\n\treadahead\x18\x02 \x01(\x03\"\xc1\x01\n\x10OpReadBlockProto\x12\x37\n\x06header\x18\x01 \x01(\x0b\x32\'.hadoop.hdfs.ClientOperationHeaderProto\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0b\n\x03len\x18\x03 \x01(\x04\x12\x1b\n\rsendChecksums\x18\x04 \x01(\x08:\x04true\x12:\n\x0f\x63\x61\x63hingStrategy\x18\x05 \x01(\x0b\x32!.hadoop.hdfs.CachingStrategyProto\"W\n\rChecksumProto\x12,\n\x04type\x18\x01 \x01(\x0e\x32\x1e.hadoop.hdfs.ChecksumTypeProto\x12\x18\n\x10\x62ytesPerChecksum\x18\x02 \x01(\r\"\\\n\x17ReadOpChecksumInfoProto\x12,\n\x08\x63hecksum\x18\x01 \x01(\x0b\x32\x1a.hadoop.hdfs.ChecksumProto\x12\x13\n\x0b\x63hunkOffset\x18\x02 \x01(\x04\"y\n\x19\x42lockChecksumOptionsProto\x12\x46\n\x11\x62lockChecksumType\x18\x01 \x01(\x0e\x32#.hadoop.hdfs.BlockChecksumTypeProto:\x06MD5CRC\x12\x14\n\x0cstripeLength\x18\x02 \x01(\x04\"\x8a\x01\n\x14OpBlockChecksumProto\x12,\n\x06header\x18\x01 \x01(\x0b\x32\x1c.hadoop.hdfs.BaseHeaderProto\x12\x44\n\x14\x62lockChecksumOptions\x18\x02 \x01(\x0b\x32&.hadoop.hdfs.BlockChecksumOptionsProto\"G\n\x12\x44\x61tanodeInfosProto\x12\x31\n\tdatanodes\x18\x01 \x03(\x0b\x32\x1e.hadoop.hdfs.DatanodeInfoProto\"\xdd\x02\n\x19OpBlockGroupChecksumProto\x12,\n\x06header\x18\x01 \x01(\x0b\x32\x1c.hadoop.hdfs.BaseHeaderProto\x12\x32\n\tdatanodes\x18\x02 \x01(\x0b\x32\x1f.hadoop.hdfs.DatanodeInfosProto\x12.\n\x0b\x62lockTokens\x18\x03 \x03(\x0b\x32\x19.hadoop.common.TokenProto\x12\x37\n\x08\x65\x63Policy\x18\x04 \x01(\x0b\x32%.hadoop.hdfs.ErasureCodingPolicyProto\x12\x14\n\x0c\x62lockIndices\x18\x05 \x03(\r\x12\x19\n\x11requestedNumBytes\x18\x06 \x01(\x04\x12\x44\n\x14\x62lockChecksumOptions\x18\x07 \x01(\x0b\x32&.hadoop.hdfs.BlockChecksumOptionsProto\"\xd6\x01\n\x1cOpBlockChecksumResponseProto\x12\x13\n\x0b\x62ytesPerCrc\x18\x01 \x01(\r\x12\x13\n\x0b\x63rcPerBlock\x18\x02 \x01(\x04\x12\x15\n\rblockChecksum\x18\x03 \x01(\x0c\x12/\n\x07\x63rcType\x18\x04 \x01(\x0e\x32\x1e.hadoop.hdfs.ChecksumTypeProto\x12\x44\n\x14\x62lockChecksumOptions\x18\x05 \x01(\x0b\x32&.hadoop.hdfs.BlockChecksumOptionsProto\"\x8c\x02\n\x14\x42lockOpResponseProto\x12#\n\x06status\x18\x01 \x01(\x0e\x32\x13.hadoop.hdfs.Status\x12\x14\n\x0c\x66irstBadLink\x18\x02 \x01(\t\x12\x43\n\x10\x63hecksumResponse\x18\x03 \x01(\x0b\x32).hadoop.hdfs.OpBlockChecksumResponseProto\x12@\n\x12readOpChecksumInfo\x18\x04 \x01(\x0b\x32$.hadoop.hdfs.ReadOpChecksumInfoProto\x12\x0f\n\x07message\x18\x05 \x01(\t\x12!\n\x19shortCircuitAccessVersion\x18\x06 \x01(\r\"<\n\x15\x43lientReadStatusProto\x12#\n\x06status\x18\x01 \x01(\x0e\x32\x13.hadoop.hdfs.Status\"\x7f\n\x11PacketHeaderProto\x12\x15\n\roffsetInBlock\x18\x01 \x01(\x10\x12\r\n\x05seqno\x18\x02 \x01(\x10\x12\x19\n\x11lastPacketInBlock\x18\x03 \x01(\x08\x12\x0f\n\x07\x64\x61taLen\x18\x04 \x01(\x0f\x12\x18\n\tsyncBlock\x18\x05 \x01(\x08:\x05\x66\x61lse\"\xfb\x02\n!DataTransferEncryptorMessageProto\x12Z\n\x06status\x18\x01 \x01(\x0e\x32J.hadoop.hdfs.DataTransferEncryptorMessageProto.DataTransferEncryptorStatus\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x34\n\x0c\x63ipherOption\x18\x04 \x03(\x0b\x32\x1e.hadoop.hdfs.CipherOptionProto\x12:\n\x0fhandshakeSecret\x18\x05 \x01(\x0b\x32!.hadoop.hdfs.HandshakeSecretProto\x12\x18\n\x10\x61\x63\x63\x65ssTokenError\x18\x06 \x01(\x08\"L\n\x1b\x44\x61taTransferEncryptorStatus\x12\x0b\n\x07SUCCESS\x10\x00\x12\x15\n\x11\x45RROR_UNKNOWN_KEY\x10\x01\x12\t\n\x05\x45RROR\x10\x02\"4\n\x14HandshakeSecretProto\x12\x0e\n\x06secret\x18\x01 \x01(\x0c\x12\x0c\n\x04\x62pid\x18\x02 \x01(\t\"}\n\x11\x43ipherOptionProto\x12,\n\x05suite\x18\x01 \x01(\x0e\x32\x1d.hadoop.hdfs.CipherSuiteProto\x12\r\n\x05inKey\x18\x02 \x01(\x0c\x12\x0c\n\x04inIv\x18\x03 \x01(\x0c\x12\x0e\n\x06outKey\x18\x04 \x01(\x0c\x12\r\n\x05outIv\x18\x05 \x01(\x0c\"0\n\x16ShortCircuitShmIdProto\x12\n\n\x02hi\x18\x01 \x01(\x03\x12\n\n\x02lo\x18\x02 \x01(\x03\"_\n\x18ShortCircuitShmSlotProto\x12\x32\n\x05shmId\x18\x01 \x01(\x0b\x32#.hadoop.hdfs.ShortCircuitShmIdProto\x12\x0f\n\x07slotIdx\x18\x02 \x01(\x05\"\xc0\x01\n OpRequestShortCircuitAccessProto\x12,\n\x06header\x18\x01 \x01(\x0b\x32\x1c.hadoop.hdfs.BaseHeaderProto\x12\x12\n\nmaxVersion\x18\x02 \x01(\r\x12\x35\n\x06slotId\x18\x03 \x01(\x0b\x32%.hadoop.hdfs.ShortCircuitShmSlotProto\x12#\n\x1bsupportsReceiptVerification\x18\x04 \x01(\x08\"^\n%ReleaseShortCircuitAccessRequestProto\x12\x35\n\x06slotId\x18\x01 \x01(\x0b\x32%.hadoop.hdfs.ShortCircuitShmSlotProto\"\\\n&ReleaseShortCircuitAccessResponseProto\x12#\n\x06status\x18\x01 \x01(\x0e\x32\x13.hadoop.hdfs.Status\x12\r\n\x05\x65rror\x18\x02 \x01(\t\"1\n\x1bShortCircuitShmRequestProto\x12\x12\n\nclientName\x18\x01 \x01(\t\"\x83\x01\n\x1cShortCircuitShmResponseProto\x12#\n\x06status\x18\x01 \x01(\x0e\x32\x13.hadoop.hdfs.Status\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12/\n\x02id\x18\x03 \x01(\x0b\x32#.hadoop.hdfs.ShortCircuitShmIdProto*\x8c\x02\n\x06Status\x12\x0b\n\x07SUCCESS\x10\x00\x12\t\n\x05\x45RROR\x10\x01\x12\x12\n\x0e\x45RROR_CHECKSUM\x10\x02\x12\x11\n\rERROR_INVALID\x10\x03\x12\x10\n\x0c\x45RROR_EXISTS\x10\x04\x12\x16\n\x12\x45RROR_ACCESS_TOKEN\x10\x05\x12\x0f\n\x0b\x43HECKSUM_OK\x10\x06\x12\x15\n\x11\x45RROR_UNSUPPORTED\x10\x07\x12\x0f\n\x0bOOB_RESTART\x10\x08\x12\x11\n\rOOB_RESERVED1\x10\t\x12\x11\n\rOOB_RESERVED2\x10\n\x12\x11\n\rOOB_RESERVED3\x10\x0b\x12\x0f\n\x0bIN_PROGRESS\x10\x0c\x12\x16\n\x12\x45RROR_BLOCK_PINNED\x10\r*7\n\x16\x42lockChecksumTypeProto\x12\n\n\x06MD5CRC\x10\x01\x12\x11\n\rCOMPOSITE_CRC\x10\x02*M\n\x10\x43ipherSuiteProto\x12\x0b\n\x07UNKNOWN\x10\x01\x12\x15\n\x11\x41\x45S_CTR_NOPADDING\x10\x02\x12\x15\n\x11SM4_CTR_NOPADDING\x10\x03')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'datatransfer_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUS']._serialized_start=2933
-  _globals['_STATUS']._serialized_end=3201
-  _globals['_BLOCKCHECKSUMTYPEPROTO']._serialized_start=3203
-  _globals['_BLOCKCHECKSUMTYPEPROTO']._serialized_end=3258
-  _globals['_CIPHERSUITEPROTO']._serialized_start=3260
-  _globals['_CIPHERSUITEPROTO']._serialized_end=3337
+  _globals['_STATUS']._serialized_start=3358
+  _globals['_STATUS']._serialized_end=3626
+  _globals['_BLOCKCHECKSUMTYPEPROTO']._serialized_start=3628
+  _globals['_BLOCKCHECKSUMTYPEPROTO']._serialized_end=3683
+  _globals['_CIPHERSUITEPROTO']._serialized_start=3685
+  _globals['_CIPHERSUITEPROTO']._serialized_end=3762
   _globals['_BASEHEADERPROTO']._serialized_start=58
   _globals['_BASEHEADERPROTO']._serialized_end=165
   _globals['_CLIENTOPERATIONHEADERPROTO']._serialized_start=167
@@ -55,34 +55,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BLOCKCHECKSUMOPTIONSPROTO']._serialized_end=830
   _globals['_OPBLOCKCHECKSUMPROTO']._serialized_start=833
   _globals['_OPBLOCKCHECKSUMPROTO']._serialized_end=971
-  _globals['_OPBLOCKCHECKSUMRESPONSEPROTO']._serialized_start=974
-  _globals['_OPBLOCKCHECKSUMRESPONSEPROTO']._serialized_end=1188
-  _globals['_BLOCKOPRESPONSEPROTO']._serialized_start=1191
-  _globals['_BLOCKOPRESPONSEPROTO']._serialized_end=1459
-  _globals['_CLIENTREADSTATUSPROTO']._serialized_start=1461
-  _globals['_CLIENTREADSTATUSPROTO']._serialized_end=1521
-  _globals['_PACKETHEADERPROTO']._serialized_start=1523
-  _globals['_PACKETHEADERPROTO']._serialized_end=1650
-  _globals['_DATATRANSFERENCRYPTORMESSAGEPROTO']._serialized_start=1653
-  _globals['_DATATRANSFERENCRYPTORMESSAGEPROTO']._serialized_end=2032
-  _globals['_DATATRANSFERENCRYPTORMESSAGEPROTO_DATATRANSFERENCRYPTORSTATUS']._serialized_start=1956
-  _globals['_DATATRANSFERENCRYPTORMESSAGEPROTO_DATATRANSFERENCRYPTORSTATUS']._serialized_end=2032
-  _globals['_HANDSHAKESECRETPROTO']._serialized_start=2034
-  _globals['_HANDSHAKESECRETPROTO']._serialized_end=2086
-  _globals['_CIPHEROPTIONPROTO']._serialized_start=2088
-  _globals['_CIPHEROPTIONPROTO']._serialized_end=2213
-  _globals['_SHORTCIRCUITSHMIDPROTO']._serialized_start=2215
-  _globals['_SHORTCIRCUITSHMIDPROTO']._serialized_end=2263
-  _globals['_SHORTCIRCUITSHMSLOTPROTO']._serialized_start=2265
-  _globals['_SHORTCIRCUITSHMSLOTPROTO']._serialized_end=2360
-  _globals['_OPREQUESTSHORTCIRCUITACCESSPROTO']._serialized_start=2363
-  _globals['_OPREQUESTSHORTCIRCUITACCESSPROTO']._serialized_end=2555
-  _globals['_RELEASESHORTCIRCUITACCESSREQUESTPROTO']._serialized_start=2557
-  _globals['_RELEASESHORTCIRCUITACCESSREQUESTPROTO']._serialized_end=2651
-  _globals['_RELEASESHORTCIRCUITACCESSRESPONSEPROTO']._serialized_start=2653
-  _globals['_RELEASESHORTCIRCUITACCESSRESPONSEPROTO']._serialized_end=2745
-  _globals['_SHORTCIRCUITSHMREQUESTPROTO']._serialized_start=2747
-  _globals['_SHORTCIRCUITSHMREQUESTPROTO']._serialized_end=2796
-  _globals['_SHORTCIRCUITSHMRESPONSEPROTO']._serialized_start=2799
-  _globals['_SHORTCIRCUITSHMRESPONSEPROTO']._serialized_end=2930
+  _globals['_DATANODEINFOSPROTO']._serialized_start=973
+  _globals['_DATANODEINFOSPROTO']._serialized_end=1044
+  _globals['_OPBLOCKGROUPCHECKSUMPROTO']._serialized_start=1047
+  _globals['_OPBLOCKGROUPCHECKSUMPROTO']._serialized_end=1396
+  _globals['_OPBLOCKCHECKSUMRESPONSEPROTO']._serialized_start=1399
+  _globals['_OPBLOCKCHECKSUMRESPONSEPROTO']._serialized_end=1613
+  _globals['_BLOCKOPRESPONSEPROTO']._serialized_start=1616
+  _globals['_BLOCKOPRESPONSEPROTO']._serialized_end=1884
+  _globals['_CLIENTREADSTATUSPROTO']._serialized_start=1886
+  _globals['_CLIENTREADSTATUSPROTO']._serialized_end=1946
+  _globals['_PACKETHEADERPROTO']._serialized_start=1948
+  _globals['_PACKETHEADERPROTO']._serialized_end=2075
+  _globals['_DATATRANSFERENCRYPTORMESSAGEPROTO']._serialized_start=2078
+  _globals['_DATATRANSFERENCRYPTORMESSAGEPROTO']._serialized_end=2457
+  _globals['_DATATRANSFERENCRYPTORMESSAGEPROTO_DATATRANSFERENCRYPTORSTATUS']._serialized_start=2381
+  _globals['_DATATRANSFERENCRYPTORMESSAGEPROTO_DATATRANSFERENCRYPTORSTATUS']._serialized_end=2457
+  _globals['_HANDSHAKESECRETPROTO']._serialized_start=2459
+  _globals['_HANDSHAKESECRETPROTO']._serialized_end=2511
+  _globals['_CIPHEROPTIONPROTO']._serialized_start=2513
+  _globals['_CIPHEROPTIONPROTO']._serialized_end=2638
+  _globals['_SHORTCIRCUITSHMIDPROTO']._serialized_start=2640
+  _globals['_SHORTCIRCUITSHMIDPROTO']._serialized_end=2688
+  _globals['_SHORTCIRCUITSHMSLOTPROTO']._serialized_start=2690
+  _globals['_SHORTCIRCUITSHMSLOTPROTO']._serialized_end=2785
+  _globals['_OPREQUESTSHORTCIRCUITACCESSPROTO']._serialized_start=2788
+  _globals['_OPREQUESTSHORTCIRCUITACCESSPROTO']._serialized_end=2980
+  _globals['_RELEASESHORTCIRCUITACCESSREQUESTPROTO']._serialized_start=2982
+  _globals['_RELEASESHORTCIRCUITACCESSREQUESTPROTO']._serialized_end=3076
+  _globals['_RELEASESHORTCIRCUITACCESSRESPONSEPROTO']._serialized_start=3078
+  _globals['_RELEASESHORTCIRCUITACCESSRESPONSEPROTO']._serialized_end=3170
+  _globals['_SHORTCIRCUITSHMREQUESTPROTO']._serialized_start=3172
+  _globals['_SHORTCIRCUITSHMREQUESTPROTO']._serialized_end=3221
+  _globals['_SHORTCIRCUITSHMRESPONSEPROTO']._serialized_start=3224
+  _globals['_SHORTCIRCUITSHMRESPONSEPROTO']._serialized_end=3355
 # @@protoc_insertion_point(module_scope)

@@ -740,7 +740,7 @@ public final class Main {
         Configuration c = new Configuration(conf);
         c.set("dfs.checksum.combine.mode", "COMPOSITE_CRC");
         try (org.apache.hadoop.fs.FileSystem fs = org.apache.hadoop.fs.FileSystem.newInstance(
-            new java.net.URI(javaUri(fsUri())), c)) {
+            new java.net.URI(commandFs != null ? commandFs : javaUri(fsUri())), c)) {
           org.apache.hadoop.fs.FileChecksum sum = fs.getFileChecksum(new Path(text(cmd, "path")));
           r.put("algorithm", sum == null ? null : sum.getAlgorithmName());
           StringBuilder hex = new StringBuilder();
