@@ -24,6 +24,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
+from hdfsfuse.allocator import keep_read_buffers
 from hdfsfuse.client import ClientOptions, HdfsClient
 from hdfsfuse.config import NameNodeTarget, ViewTarget
 from hdfsfuse.datanode import Timeouts
@@ -163,6 +164,7 @@ async def run_mount(
     ready: Callable[[], None], debug: bool = False, preflight_timeout: float = 10.0,
 ) -> None:
     """Mount, serve until told to stop, unmount. Raises before mounting if anything is wrong."""
+    keep_read_buffers()
     stats = Stats()
     async with HdfsClient.open_target(target, options=client_options(options), stats=stats) as client:
         check_identity(options, client)

@@ -227,7 +227,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", choices=["rpc", "transfer"])
     p.add_argument("--reads", type=int, default=2000)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=300)
     a = p.parse_args()
     report: dict[str, object] = {}

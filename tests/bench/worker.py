@@ -81,7 +81,10 @@ def mount(a: argparse.Namespace, reads: Reads, warmup: Reads) -> None:
 def library(a: argparse.Namespace, reads: Reads, warmup: Reads) -> None:
     import trio
 
+    from hdfsfuse.allocator import keep_read_buffers
     from hdfsfuse.client import HdfsClient
+
+    keep_read_buffers()  # as the mount does
 
     async def main() -> None:
         async with HdfsClient.connect(a.uri, conf_dir=a.conf_dir) as client:
