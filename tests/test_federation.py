@@ -273,3 +273,15 @@ def test_a_path_replaced_behind_a_router_gets_a_new_inode(
     with open(name, "rb") as f:
         assert os.fstat(f.fileno()).st_ino != ino
         assert f.read() == second
+
+
+def test_a_router_over_ha_subclusters(mount: Callable[..., Mount]) -> None:
+    """--router --ha: the Router watches both NameNodes of each HA subcluster and reads through it."""
+    with MiniDfs(ClusterOptions(router=True, ha=True, datanodes=2, replication=2)) as c:
+        assert all(len(ns["namenodes"]) == 2 for ns in c.nameservices)
+        c.add_mount("/logs", "ns1", "/applogs")
+        data = c.put_bytes(random_bytes(300_000, seed=771), "hdfs://ns1/applogs/a.log")
+        m = mount(c, uri=c.router_uri)
+        with open(m.path("/logs/a.log"), "rb") as f:
+            assert f.read() == data
+        m.unmount()

@@ -282,15 +282,25 @@ public final class Main {
     writeClientConf(confDir);
     if (opts.router) {
       router = (Front) Class.forName("hdfsfuse.minidfs.RouterFront").getDeclaredConstructor().newInstance();
-      routerAddress = router.start(conf, nameservices(), new File(base, "router"));
+      List<String> monitored = new java.util.ArrayList<>();  // "ns0", or "ns0.nn0" in an HA nameservice
+      for (String ns : nameservices()) {
+        for (int k = 0; k < nnPerNameservice(); k++) {
+          monitored.add(opts.ha ? ns + ".nn" + k : ns);
+        }
+      }
+      routerAddress = router.start(conf, nameservices(), monitored, new File(base, "router"));
     }
     out.println(JSON.writeValueAsString(readyLine(confDir)));
   }
 
   /** The Router of a --router cluster: compiled only in the launcher's 3.4.2 build (RouterFront). */
   public interface Front {
-    /** Start a Router over the nameservices; return its RPC address host:port. */
-    String start(Configuration conf, List<String> nameservices, File dir) throws Exception;
+    /**
+     * Start a Router over the nameservices, watching the NameNodes `monitored` ("ns0", or
+     * "ns0.nn1" in an HA nameservice); return its RPC address host:port.
+     */
+    String start(Configuration conf, List<String> nameservices, List<String> monitored, File dir)
+        throws Exception;
 
     void addMount(String src, String ns, String dst) throws Exception;
 

@@ -25,7 +25,8 @@ public final class RouterFront implements Main.Front {
   private Configuration conf;
 
   @Override
-  public String start(Configuration base, List<String> nameservices, File dir) throws Exception {
+  public String start(Configuration base, List<String> nameservices, List<String> monitored, File dir)
+      throws Exception {
     conf = new Configuration(base);
     conf.set("dfs.federation.router.rpc-address", "127.0.0.1:0");
     conf.set("dfs.federation.router.rpc-bind-host", "127.0.0.1");
@@ -35,7 +36,7 @@ public final class RouterFront implements Main.Front {
     conf.set("dfs.federation.router.store.driver.class",
         "org.apache.hadoop.hdfs.server.federation.store.driver.impl.StateStoreFileImpl");
     conf.set("dfs.federation.router.store.driver.file.directory", new File(dir, "store").getAbsolutePath());
-    conf.set("dfs.federation.router.monitor.namenode", String.join(",", nameservices));
+    conf.set("dfs.federation.router.monitor.namenode", String.join(",", monitored));
     conf.setBoolean("dfs.federation.router.monitor.localnamenode.enable", false);
     conf.setLong("dfs.federation.router.heartbeat.interval", 1000);
     conf.setLong("dfs.federation.router.cache.ttl", 1000);
