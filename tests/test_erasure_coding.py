@@ -128,26 +128,6 @@ def test_ec_policy_and_indices_show_as_xattrs(rs32, mount) -> None:  # type: ign
     assert os.stat(m.path("/ec/odd")).st_size == len(rs32[1]["/ec/odd"])
 
 
-def test_the_file_checksum_of_ec_files_is_javas_composite_crc(rs32, mount) -> None:  # type: ignore[no-untyped-def]
-    """OP_BLOCK_GROUP_CHECKSUM per group: Java's value, which is the CRC of the file's bytes, also
-    while a data unit's DataNode is down (the DataNode asked reconstructs that unit)."""
-    import google_crc32c
-
-    c, files = rs32
-    m = mount(c)
-    for path, data in files.items():
-        java = c.command("file_checksum", path=path)
-        ours = os.getxattr(m.path(path), "user.hdfs.checksum").decode()
-        assert ours == f"{java['algorithm']} {java['bytes']}" == f"COMPOSITE-CRC32C {google_crc32c.value(data):08x}"
-    lost = next(xfer for xfer, index in _group_holders(c, "/ec/odd", group=1).items() if index == 1)
-    c.stop_datanode(lost)
-    try:
-        ours = os.getxattr(m.path("/ec/odd"), "user.hdfs.checksum").decode()
-    finally:
-        c.restart_datanode(lost)
-    assert ours == f"COMPOSITE-CRC32C {google_crc32c.value(files['/ec/odd']):08x}"
-
-
 def test_every_single_unit_failure_decodes(rs32, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     c, files = rs32
     m = mount(c, "direct_io", FAST)
@@ -238,6 +218,27 @@ def test_a_corrupt_cell_is_found_by_its_checksum_and_decoded_around(rs32, mount,
 
 
 # ----- XOR-2-1 on 3 DataNodes ------------------------------------------------------------------
+
+def test_the_file_checksum_of_ec_files_is_javas_composite_crc(rs32, mount) -> None:  # type: ignore[no-untyped-def]
+    """OP_BLOCK_GROUP_CHECKSUM per group: Java's value, which is the CRC of the file's bytes, also
+    while a data unit's DataNode is down (the DataNode asked reconstructs that unit). (After the
+    tests that count DataNode read ops exactly: it leaves a restarted DataNode behind.)"""
+    import google_crc32c
+
+    c, files = rs32
+    m = mount(c)
+    for path, data in files.items():
+        java = c.command("file_checksum", path=path)
+        ours = os.getxattr(m.path(path), "user.hdfs.checksum").decode()
+        assert ours == f"{java['algorithm']} {java['bytes']}" == f"COMPOSITE-CRC32C {google_crc32c.value(data):08x}"
+    lost = next(xfer for xfer, index in _group_holders(c, "/ec/odd", group=1).items() if index == 1)
+    c.stop_datanode(lost)
+    try:
+        ours = os.getxattr(m.path("/ec/odd"), "user.hdfs.checksum").decode()
+    finally:
+        c.restart_datanode(lost)
+    assert ours == f"COMPOSITE-CRC32C {google_crc32c.value(files['/ec/odd']):08x}"
+
 
 def test_xor_files_read_and_decode_every_single_failure(fresh_cluster, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     c: MiniDfs = fresh_cluster(datanodes=3)
