@@ -103,12 +103,13 @@ class ViewNameNode:
 
     def route(self, path: str) -> tuple[NameNodeClient, str]:
         """The namespace holding the file at view path `path`, and its path there."""
-        where = self.target.table.resolve(path)
+        where = self._where(path)
         if isinstance(where, Internal):
             raise FileNotFound(f"{path}: a directory of the viewfs mount table, not a file")
-        return self.namespaces[where.target], where.remote
+        return where
 
     def _where(self, path: str) -> tuple[NameNodeClient, str] | Internal:
+        """The namespace and path holding view path `path`, or the table's own directory."""
         where = self.target.table.resolve(path)
         if isinstance(where, Link):
             return self.namespaces[where.target], where.remote
