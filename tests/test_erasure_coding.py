@@ -219,27 +219,6 @@ def test_a_corrupt_cell_is_found_by_its_checksum_and_decoded_around(rs32, mount,
 
 # ----- XOR-2-1 on 3 DataNodes ------------------------------------------------------------------
 
-def test_the_file_checksum_of_ec_files_is_javas_composite_crc(rs32, mount) -> None:  # type: ignore[no-untyped-def]
-    """OP_BLOCK_GROUP_CHECKSUM per group: Java's value, which is the CRC of the file's bytes, also
-    while a data unit's DataNode is down (the DataNode asked reconstructs that unit). (After the
-    tests that count DataNode read ops exactly: it leaves a restarted DataNode behind.)"""
-    import google_crc32c
-
-    c, files = rs32
-    m = mount(c)
-    for path, data in files.items():
-        java = c.command("file_checksum", path=path)
-        ours = os.getxattr(m.path(path), "user.hdfs.checksum").decode()
-        assert ours == f"{java['algorithm']} {java['bytes']}" == f"COMPOSITE-CRC32C {google_crc32c.value(data):08x}"
-    lost = next(xfer for xfer, index in _group_holders(c, "/ec/odd", group=1).items() if index == 1)
-    c.stop_datanode(lost)
-    try:
-        ours = os.getxattr(m.path("/ec/odd"), "user.hdfs.checksum").decode()
-    finally:
-        c.restart_datanode(lost)
-    assert ours == f"COMPOSITE-CRC32C {google_crc32c.value(files['/ec/odd']):08x}"
-
-
 def test_xor_files_read_and_decode_every_single_failure(fresh_cluster, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     c: MiniDfs = fresh_cluster(datanodes=3)
     c.set_ec_policy("/x", c.add_ec_policy("xor", 2, 1, CELL))
@@ -324,3 +303,24 @@ def test_the_block_cache_keeps_internal_blocks(rs32, mount, tmp_path: Path) -> N
         assert _counter(m, "ec_degraded_reads") == 0
     finally:
         c.restart_datanode(lost)
+
+
+def test_the_file_checksum_of_ec_files_is_javas_composite_crc(rs32, mount) -> None:  # type: ignore[no-untyped-def]
+    """OP_BLOCK_GROUP_CHECKSUM per group: Java's value, which is the CRC of the file's bytes, also
+    while a data unit's DataNode is down (the DataNode asked reconstructs that unit). (Last in the
+    module: it leaves a restarted DataNode behind, whose block report may still be due.)"""
+    import google_crc32c
+
+    c, files = rs32
+    m = mount(c)
+    for path, data in files.items():
+        java = c.command("file_checksum", path=path)
+        ours = os.getxattr(m.path(path), "user.hdfs.checksum").decode()
+        assert ours == f"{java['algorithm']} {java['bytes']}" == f"COMPOSITE-CRC32C {google_crc32c.value(data):08x}"
+    lost = next(xfer for xfer, index in _group_holders(c, "/ec/odd", group=1).items() if index == 1)
+    c.stop_datanode(lost)
+    try:
+        ours = os.getxattr(m.path("/ec/odd"), "user.hdfs.checksum").decode()
+    finally:
+        c.restart_datanode(lost)
+    assert ours == f"COMPOSITE-CRC32C {google_crc32c.value(files['/ec/odd']):08x}"
