@@ -60,6 +60,7 @@ SEQUENTIAL_CHUNKS = 2048  # a lookup of 1 MiB (of 512-byte chunks) or more is a 
 _NAME = re.compile(r"(-?\d+)_(\d+)\.blk")
 _PAGE = 4096
 MIN_FREE = 64 * 1024 * 1024  # leave this much of the filesystem free when sizing the cache
+META_ADVICE_SECONDS = 1.0  # how often a block's checksums and flags may be asked into memory
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -85,6 +86,7 @@ class _OpenBlock:
     block_length: int
     users: int = 0
     doomed: bool = False
+    checksums_advised: float = -META_ADVICE_SECONDS  # when the kernel was last asked to read them in
 
     @property
     def layout(self) -> tuple[int, int]:
@@ -102,6 +104,24 @@ def _layout(block_length: int, bpc: int) -> tuple[int, int]:
     chunks = -(-block_length // bpc)
     flags_at = _HEADER.size + 4 * chunks
     return flags_at, -(-(flags_at + chunks) // _PAGE) * _PAGE
+
+
+def _read_in(block: _OpenBlock, data_offset: int, data_length: int) -> None:
+    """Start the disk reads a lookup needs, all at once: its data, and the block's checksums and
+    flags (all of them, so its later lookups find them in memory). A lookup that must wait then
+    waits for one disk read, not three in a row; the trio loop calls this before it hands the
+    lookup to a thread, so the disk works during the hand-over. The checksums are asked for at
+    most once a second per block: when they are in memory already, asking costs a walk of the
+    page cache. Advice that fails is only advice: the reads that follow tell."""
+    try:
+        os.posix_fadvise(block.fd, data_offset, data_length, os.POSIX_FADV_WILLNEED)
+        now = time.monotonic()
+        if now - block.checksums_advised >= META_ADVICE_SECONDS:
+            block.checksums_advised = now
+            _, data_at = block.layout
+            os.posix_fadvise(block.fd, _HEADER.size, data_at - _HEADER.size, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
 
 
 class CacheCorrupt(Exception):
@@ -217,6 +237,8 @@ class BlockCache:
             flags_at, data_at = block.layout
             what = f"cached block {key.block_id}"
             try:
+                if not nowait:
+                    _read_in(block, data_at + start, end - start)
                 flags = (pread_nowait if nowait else os.pread)(block.fd, count, flags_at + first)
                 if flags.count(_PRESENT) != count:
                     self._forget(key)  # another mount may have replaced the file: reopen next time
@@ -229,6 +251,7 @@ class BlockCache:
                 data = read_verified(block.fd, data_at, block.fd, _HEADER.size, block.checksum, block_length,
                                      offset, length, what, nowait=nowait)
             except WouldBlock:
+                _read_in(block, data_at + start, end - start)
                 raise
             except ShortRead:
                 self._corrupt(key, f"files end before block offset {end}")

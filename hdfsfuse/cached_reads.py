@@ -21,6 +21,7 @@ import trio
 
 from hdfsfuse import dtp
 from hdfsfuse.blockcache import BlockCache, BlockKey, CacheCorrupt
+from hdfsfuse.local_io_threads import LocalIoThreads
 from hdfsfuse.localio import WouldBlock
 from hdfsfuse.stats import Stats
 
@@ -42,12 +43,13 @@ class _Flight:
 class CachedReads:
     """The block cache of one client: lookups, single-flight fills, background stores."""
 
-    def __init__(self, cache: BlockCache, stats: Stats, nursery: trio.Nursery) -> None:
+    def __init__(self, cache: BlockCache, stats: Stats, nursery: trio.Nursery, local_io: LocalIoThreads) -> None:
         self.cache = cache
         self.stats = stats
         self._nursery = nursery
         self._flights: dict[tuple[BlockKey, int, int], _Flight] = {}
-        self._threads = trio.CapacityLimiter(4)
+        self._local_io = local_io  # lookups: latency counts
+        self._threads = trio.CapacityLimiter(4)  # stores and rescans: in the background
         self._pending = 0  # bytes waiting to be stored
 
     async def read(self, key: BlockKey, block_length: int, offset: int, length: int, fetch: Fetch,
@@ -86,8 +88,7 @@ class CachedReads:
                 # Small reads of bytes the kernel already holds: no thread hop (nothing can wait).
                 data = self.cache.read(key, block_length, offset, length, nowait=True)
             except WouldBlock:
-                data = await trio.to_thread.run_sync(self.cache.read, key, block_length, offset, length,
-                                                     limiter=self._threads)
+                data = await self._local_io.run(self.cache.read, key, block_length, offset, length)
         except CacheCorrupt:
             data = None
         self._sync_counters()

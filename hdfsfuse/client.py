@@ -48,6 +48,7 @@ from hdfsfuse.errors import (
 )
 from hdfsfuse.hedging import HedgeTimer, Race
 from hdfsfuse.kerberos import KeytabLogin
+from hdfsfuse.local_io_threads import LocalIoThreads
 from hdfsfuse.namenode import FileStatus, LocatedBlock, NameNodeClient, resolve_user
 from hdfsfuse.planner import Piece, clamp
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
@@ -191,7 +192,7 @@ class _Outcome:
 
 
 def short_circuit_reads(settings: ClusterSettings, options: ClientOptions, client: HdfsClient,
-                        nursery: trio.Nursery) -> ShortCircuitReads | None:
+                        nursery: trio.Nursery, local_io: LocalIoThreads) -> ShortCircuitReads | None:
     """Short-circuit local reads, when the configuration turns them on and the mount allows them."""
     if not (options.short_circuit and settings.short_circuit):
         return None
@@ -202,7 +203,7 @@ def short_circuit_reads(settings: ClusterSettings, options: ClientOptions, clien
     log.info("short-circuit local reads: on for DataNodes on this host (dfs.domain.socket.path=%s)",
              settings.domain_socket_path)
     return ShortCircuitReads(settings.domain_socket_path, client.client_name, timeout=options.timeouts.read,
-                             stats=client.stats, nursery=nursery)
+                             stats=client.stats, nursery=nursery, local_io=local_io)
 
 
 def _login(target: NameNodeTarget | ViewTarget, options: ClientOptions) -> tuple[Credentials, dict[str, RpcAuth]]:
@@ -278,17 +279,20 @@ class HdfsClient:
                     client = cls(namenode, nursery=nursery, options=opts, stats=stats, settings=target.settings)
                     client.credentials = credentials
                     nursery.start_soon(client.pool.reap_forever)
+                    local_io = LocalIoThreads()
                     if opts.cache_dir:
                         cache = BlockCache(opts.cache_dir, opts.cache_size)
                         try:
                             await trio.to_thread.run_sync(cache.open)
                         except OSError as e:
                             raise ConfigError(str(e.strerror or e)) from None
-                        client.cached = CachedReads(cache, client.stats, nursery)
+                        client.cached = CachedReads(cache, client.stats, nursery, local_io)
                         nursery.start_soon(client.cached.rescan_forever)
                     if isinstance(credentials.login, KeytabLogin):
                         nursery.start_soon(keep_login_fresh, credentials.login)
-                    client.short_circuit = short_circuit_reads(target.settings, opts, client, nursery)
+                    client.short_circuit = short_circuit_reads(target.settings, opts, client, nursery, local_io)
+                    if client.cached is not None or client.short_circuit is not None:
+                        nursery.start_soon(local_io.serve)
                     try:
                         yield client
                     finally:

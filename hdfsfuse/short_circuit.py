@@ -44,6 +44,7 @@ from hdfsfuse import short_circuit_protocol as scp
 from hdfsfuse.checksum import Checksum
 from hdfsfuse.dtp import InvalidBlockToken
 from hdfsfuse.errors import ChecksumMismatch, ConnectionLost
+from hdfsfuse.local_io_threads import LocalIoThreads
 from hdfsfuse.localio import ShortRead, WouldBlock, read_verified
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.stats import Stats
@@ -164,7 +165,7 @@ class ShortCircuitReads:
 
     def __init__(self, socket_pattern: str, client_name: str, *, timeout: float, stats: Stats,
                  nursery: trio.Nursery, capacity: int = CAPACITY,
-                 is_local_ip: Callable[[str], bool] | None = None) -> None:
+                 is_local_ip: Callable[[str], bool] | None = None, local_io: LocalIoThreads | None = None) -> None:
         self.socket_pattern = socket_pattern
         self.client_name = client_name
         self.timeout = timeout
@@ -178,7 +179,7 @@ class ShortCircuitReads:
         self._replicas: collections.OrderedDict[ReplicaKey, _Replica] = collections.OrderedDict()
         self._opening: dict[ReplicaKey, trio.Event] = {}
         self._last_used: dict[tuple[str, int, int], _Replica] = {}  # (pool, block id, GS) -> what served it last
-        self._threads = trio.CapacityLimiter(4)
+        self._local_io = local_io or LocalIoThreads()  # (one not served runs jobs in trio's threads)
         self._closed = False
 
     # ----- reads ----------------------------------------------------------------------------------
@@ -218,8 +219,7 @@ class ShortCircuitReads:
                     raise WouldBlock
                 data = replica.read(offset, length, what, nowait=True)
             except WouldBlock:
-                data = await trio.to_thread.run_sync(replica.read_and_prefetch, offset, length, what,
-                                                     limiter=self._threads)
+                data = await self._local_io.run(replica.read_and_prefetch, offset, length, what)
         except (ShortRead, ChecksumMismatch) as e:
             if self._changed(replica):  # an append rewrote the last chunk's CRC, or a truncate
                 self.stats.short_circuit_invalidated += 1
