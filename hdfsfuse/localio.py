@@ -43,6 +43,21 @@ def chunk_span(offset: int, length: int, bpc: int, block_length: int) -> tuple[i
     return first, last - first + 1, first * bpc, min((last + 1) * bpc, block_length)
 
 
+def read_in(data_fd: int, data_at: int, sums_fd: int, sums_at: int, checksum: Checksum, block_length: int,
+            offset: int, length: int) -> None:
+    """Have the kernel start reading what `read_verified` of this range will read (the chunks and
+    their checksums), without waiting: called before a read is handed to a worker thread, so the
+    disk works during the hand-over. Advice that fails is only advice."""
+    bpc = checksum.bytes_per_checksum
+    first, count, start, end = chunk_span(offset, length, bpc, block_length)
+    try:
+        os.posix_fadvise(data_fd, data_at + start, end - start, os.POSIX_FADV_WILLNEED)
+        if checksum.size:
+            os.posix_fadvise(sums_fd, sums_at + 4 * first, 4 * count, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+
+
 def read_verified(
     data_fd: int, data_at: int, sums_fd: int, sums_at: int, checksum: Checksum, block_length: int,
     offset: int, length: int, what: str, *, nowait: bool = False,

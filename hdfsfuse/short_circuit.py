@@ -45,7 +45,7 @@ from hdfsfuse.checksum import Checksum
 from hdfsfuse.dtp import InvalidBlockToken
 from hdfsfuse.errors import ChecksumMismatch, ConnectionLost
 from hdfsfuse.local_io_threads import LocalIoThreads
-from hdfsfuse.localio import ShortRead, WouldBlock, read_verified
+from hdfsfuse.localio import ShortRead, WouldBlock, read_in, read_verified
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.stats import Stats
 from hdfsfuse.wire import NeedData, ProtocolError
@@ -140,6 +140,10 @@ class _Replica:
         return read_verified(self.data_fd, 0, self.meta_fd, scp.META_HEADER.size, self.checksum, self.length,
                              offset, length, what, nowait=nowait)
 
+    def read_in(self, offset: int, length: int) -> None:
+        """Start the disk reads of `read` without waiting (see localio.read_in)."""
+        read_in(self.data_fd, 0, self.meta_fd, scp.META_HEADER.size, self.checksum, self.length, offset, length)
+
     def read_and_prefetch(self, offset: int, length: int, what: str) -> bytes | bytearray:
         """A read that may wait for the disk (a worker thread). A large one is a sequential
         reader's: the kernel starts reading twice its length after it, block and meta file, in
@@ -219,6 +223,8 @@ class ShortCircuitReads:
                     raise WouldBlock
                 data = replica.read(offset, length, what, nowait=True)
             except WouldBlock:
+                if length <= INLINE_MAX:  # (a larger read starts its own, further ahead)
+                    replica.read_in(offset, length)
                 data = await self._local_io.run(replica.read_and_prefetch, offset, length, what)
         except (ShortRead, ChecksumMismatch) as e:
             if self._changed(replica):  # an append rewrote the last chunk's CRC, or a truncate

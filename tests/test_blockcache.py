@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hdfsfuse import blockcache
 from hdfsfuse.blockcache import SUBDIR, BlockCache, BlockKey, CacheCorrupt
 from hdfsfuse.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum
+from tests.page_residency import drop_pages, resident_pages, wait_until_resident
 
 BPC = 512
 KEY = BlockKey("BP-1", 1073741825, 1001)
@@ -221,39 +222,11 @@ def test_nowait_lookups_never_wait_for_files_or_disks(tmp_path: Path) -> None:
         assert cache.read(KEY, len(BLOCK), 100, 1000) == BLOCK[100:1100]
 
 
-def _resident_pages(path: Path) -> list[bool]:
-    """Which pages of a file are in the kernel's memory (mincore), without reading any in."""
-    import ctypes
-    import mmap
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    size = path.stat().st_size
-    pages = -(-size // mmap.PAGESIZE)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
-        try:
-            vec = ctypes.create_string_buffer(pages)
-            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
-            return [b & 1 == 1 for b in vec.raw]
-        finally:
-            libc.munmap(addr, size)
-    finally:
-        os.close(fd)
-
-
 def test_a_lookup_that_waits_for_the_disk_reads_in_the_blocks_checksums(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A lookup that must wait for the disk asks the kernel for its data and all of its block's
     checksums and flags at once, so it waits for one disk read, and the block's next lookups
     wait for their data alone. The nowait lookup of the trio loop asks before it gives up."""
-    import time
-
     from hdfsfuse.localio import WouldBlock
 
     chunks = 4096  # a 20-byte header, 16 KiB of checksums, 4 KiB of flags: data from page 6
@@ -266,33 +239,16 @@ def test_a_lookup_that_waits_for_the_disk_reads_in_the_blocks_checksums(tmp_path
     data_page = 6 + 300 * BPC // 4096  # the page a lookup at chunk 300 reads
     far_data = 6 + 400  # a page of data no lookup touches
 
-    def drop_pages() -> None:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-        assert not any(_resident_pages(path))
-
-    def wait_for(pages: list[int]) -> None:
-        for _ in range(500):  # the kernel reads them in the background
-            resident = _resident_pages(path)
-            if all(resident[p] for p in pages):
-                return
-            time.sleep(0.01)
-        pytest.fail(f"pages {pages} were never read in: {[p for p in pages if not resident[p]]}")
-
-    drop_pages()
+    drop_pages(path)
     other = _cache(tmp_path)  # another mount: the block is not open there, so its lookup is a thread's
     assert other.read(KEY, len(big), 7, 100) == big[7:107]
-    wait_for(meta)
-    assert not _resident_pages(path)[far_data]
+    wait_until_resident(path, meta)
+    assert not resident_pages(path)[far_data]
 
     monkeypatch.setattr(blockcache, "META_ADVICE_SECONDS", 0.0)  # (once a second per block)
-    drop_pages()
+    drop_pages(path)
     with pytest.raises(WouldBlock):
         cache.read(KEY, len(big), 300 * BPC + 7, 100, nowait=True)
-    wait_for([*meta, data_page])  # the checksums, the flags and the data asked for
-    assert not _resident_pages(path)[far_data]
+    wait_until_resident(path, [*meta, data_page])  # the checksums, the flags and the data asked for
+    assert not resident_pages(path)[far_data]
     assert cache.read(KEY, len(big), 300 * BPC + 7, 100, nowait=True) == big[300 * BPC + 7 : 300 * BPC + 107]

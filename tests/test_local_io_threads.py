@@ -1,15 +1,21 @@
-"""The local-I/O worker threads: values and exceptions come back to the right task, a cancelled
-task does not wait for its job, and jobs run before the watcher starts or after it stops."""
+"""Local reads that must wait for a disk: the worker threads (values and exceptions come back to
+the right task, a cancelled task does not wait for its job, jobs run before the watcher starts
+or after it stops), and the reads started before the hand-over."""
 
 from __future__ import annotations
 
+import os
 import threading
+from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
+from hdfsfuse.checksum import CHECKSUM_CRC32C, Checksum
 from hdfsfuse.local_io_threads import LocalIoThreads
+from hdfsfuse.localio import read_in, read_verified
+from tests.page_residency import drop_pages, resident_pages, wait_until_resident
 
 
 async def test_results_and_exceptions_reach_their_own_tasks() -> None:
@@ -71,3 +77,25 @@ async def test_jobs_run_before_the_watcher_starts_and_after_it_stops() -> None:
                 await trio.sleep(0.01)
     assert result == ["in flight"]
     assert await pool.run(lambda: "after") == "after"
+
+
+def test_read_in_starts_reading_the_chunks_and_their_checksums(tmp_path: Path) -> None:
+    checksum = Checksum(CHECKSUM_CRC32C, 512)
+    block = bytes((i * 31 + 7) % 253 for i in range(4 << 20))  # 8,192 chunks: 32 KiB of checksums
+    data, sums = tmp_path / "blk", tmp_path / "blk.meta"
+    data.write_bytes(block)
+    sums.write_bytes(b"H" * 7 + checksum.compute(block))  # after a 7-byte header, as a meta file
+    for path in (data, sums):
+        drop_pages(path)
+    offset, length = 3_000_000, 4096  # chunks 5859-5867: data pages 732-733, checksum page 5
+    data_fd, sums_fd = os.open(data, os.O_RDONLY), os.open(sums, os.O_RDONLY)
+    try:
+        read_in(data_fd, 0, sums_fd, 7, checksum, len(block), offset, length)
+        wait_until_resident(data, [732, 733])
+        wait_until_resident(sums, [5])
+        assert sum(resident_pages(data)) <= 64  # that range, not the file (readahead may round up)
+        assert read_verified(data_fd, 0, sums_fd, 7, checksum, len(block), offset, length, "blk",
+                             nowait=True) == block[offset : offset + length]
+    finally:
+        os.close(data_fd)
+        os.close(sums_fd)

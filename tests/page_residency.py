@@ -1,0 +1,55 @@
+"""Which pages of a file the kernel holds in memory (mincore), for tests of reads that ask the
+kernel to read ahead: looking must not read anything in, as a RWF_NOWAIT probe would (a nowait
+read that misses still starts the read)."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import time
+from pathlib import Path
+
+
+def resident_pages(path: Path) -> list[bool]:
+    """Which pages of a file are in the kernel's memory (mincore), without reading any in."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = path.stat().st_size
+    pages = -(-size // mmap.PAGESIZE)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            vec = ctypes.create_string_buffer(pages)
+            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+            return [b & 1 == 1 for b in vec.raw]
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+def drop_pages(path: Path) -> None:
+    """Write a file's dirty pages out, then drop all of its pages from memory."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    assert not any(resident_pages(path))
+
+
+def wait_until_resident(path: Path, pages: list[int]) -> None:
+    """Wait (at most 5 s) until the kernel has read these pages in, in the background."""
+    for _ in range(500):
+        resident = resident_pages(path)
+        if all(resident[p] for p in pages):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"pages {pages} of {path} were never read in: {[p for p in pages if not resident[p]]}")
