@@ -13,7 +13,7 @@ results back through one eventfd, watched by one trio task:
 A cancelled reader abandons its job: it is not waited for, and its result is dropped when it
 arrives. The pool owns no trio task itself: `serve()` is the watcher, run by the client's
 nursery. Until it runs, jobs go to `trio.to_thread.run_sync` instead; jobs that finish after it
-stops are handed back through trio's own entry queue.
+stops are handed back through trio's own entry queue, and the threads exit.
 """
 
 from __future__ import annotations
@@ -47,9 +47,11 @@ class LocalIoThreads:
     def __init__(self, threads: int = THREADS) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._done: collections.deque[_Job] = collections.deque()
-        self._wakeup = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._wakeup = -1  # an eventfd while the threads run
         self._threads = [threading.Thread(target=self._work, name=f"hdfsfuse-local-io-{i}", daemon=True)
                          for i in range(threads)]
+        self._running = 0  # threads not yet exited (the last one out closes the eventfd)
+        self._running_lock = threading.Lock()
         self._serving = False
         self._token: trio.lowlevel.TrioToken | None = None
 
@@ -69,6 +71,8 @@ class LocalIoThreads:
     async def serve(self) -> None:
         """Start the threads, and hand finished jobs back to their tasks until cancelled."""
         self._token = trio.lowlevel.current_trio_token()
+        self._wakeup = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._running = len(self._threads)
         for thread in self._threads:
             thread.start()
         self._serving = True
@@ -94,8 +98,17 @@ class LocalIoThreads:
                 trio.lowlevel.reschedule(job.task, job.result)
 
     def _work(self) -> None:
-        # The eventfd stays open for the life of the process: a thread still finishing a job
-        # after the pool stops must never write into a descriptor number reused for a file.
+        try:
+            self._serve_jobs()
+        finally:
+            # The last thread out closes the eventfd: none can write to it after that, so its
+            # number can never be written to once reused for another file.
+            with self._running_lock:
+                self._running -= 1
+                if self._running == 0:
+                    os.close(self._wakeup)
+
+    def _serve_jobs(self) -> None:
         while (job := self._jobs.get()) is not None:
             job.result = outcome.capture(job.fn, *job.args)
             self._done.append(job)

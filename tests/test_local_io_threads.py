@@ -99,3 +99,18 @@ def test_read_in_starts_reading_the_chunks_and_their_checksums(tmp_path: Path) -
     finally:
         os.close(data_fd)
         os.close(sums_fd)
+
+
+async def test_the_threads_exit_and_close_their_eventfd_when_the_watcher_stops() -> None:
+    before = set(os.listdir("/proc/self/fd"))
+    pool = LocalIoThreads()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pool.serve)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await pool.run(lambda: 1) == 1
+        assert len(set(os.listdir("/proc/self/fd")) - before) == 1  # the eventfd
+        nursery.cancel_scope.cancel()
+    with trio.fail_after(5):
+        while any(t.name.startswith("hdfsfuse-local-io-") for t in threading.enumerate()):
+            await trio.sleep(0.01)
+    assert set(os.listdir("/proc/self/fd")) - before == set()
