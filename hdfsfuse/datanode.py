@@ -31,6 +31,7 @@ from hdfsfuse.wire import NEED_DATA, NeedData, read_delimited
 log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 256 * 1024
+LOW_WATER = 64 * 1024  # the most a wait for a read's bytes lets gather before it ends
 YIELD_EVERY = 1024 * 1024  # a large read yields to other tasks at least this often
 
 
@@ -63,7 +64,7 @@ class DnConnection:
     least once, so the task still yields to others on every operation.
     """
 
-    __slots__ = ("address", "layer", "sock", "waited", "waits")
+    __slots__ = ("address", "layer", "lowat", "sock", "waited", "waits")
 
     def __init__(self, sock: socket.socket, address: str) -> None:
         sock.setblocking(False)
@@ -72,6 +73,7 @@ class DnConnection:
         self.waited = False
         self.waits = 0  # receive waits so far (each one let other tasks run)
         self.layer: StreamLayer | None = None  # SASL's integrity or privacy layer, once negotiated
+        self.lowat = 1  # the socket's SO_RCVLOWAT: a wait for data ends when this much is in
 
     async def send_all(self, data: bytes) -> None:
         if self.layer is not None:
@@ -86,14 +88,24 @@ class DnConnection:
                 continue
             view = view[n:]
 
-    async def receive(self, max_bytes: int) -> bytes:
-        """The next bytes (plaintext under a layer); b"" at EOF."""
+    async def receive(self, max_bytes: int, due: int = 1) -> bytes:
+        """The next bytes (plaintext under a layer); b"" at EOF.
+
+        `due`: how many bytes are sure to come (a lower bound). A wait then lasts until up to
+        LOW_WATER of them are in, not until the first few arrive: a DataNode that writes in
+        small pieces (an encrypted stream writes 8 KiB at a time) would otherwise wake this
+        task for each. Never more than `due`, or the wait would outlast the stream.
+        """
         while True:
             try:
                 data = self.sock.recv(max_bytes)
             except BlockingIOError:
                 self.waited = True
                 self.waits += 1
+                lowat = min(due, LOW_WATER)
+                if lowat != self.lowat:
+                    self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
+                    self.lowat = lowat
                 await trio.lowlevel.wait_readable(self.sock)
                 continue
             if self.layer is None or not data:
@@ -258,7 +270,7 @@ async def _exchange(
                             f"{parser.what}, below the minimum {timeouts.min_rate:g} bytes/s"
                         )
                 try:
-                    data = await conn.receive(RECEIVE_SIZE)
+                    data = await conn.receive(RECEIVE_SIZE, parser.bytes_due)
                 except OSError as e:
                     if reused and not got_any:
                         raise _Stale from None

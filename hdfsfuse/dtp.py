@@ -204,6 +204,15 @@ class ReadBlockParser:
     def buffered(self) -> int:
         return len(self._buf)
 
+    @property
+    def bytes_due(self) -> int:
+        """A lower bound on the bytes still to arrive (at least 1 until the end): the payload not
+        yet received, less what is buffered and not yet parsed. Packet headers and checksums only
+        add to what really comes."""
+        if self._state != "packets":
+            return 1
+        return max(1, self.offset + self.length - self._pos - len(self._buf))
+
     def feed(self, data: bytes) -> None:
         if self._state == "done" and data:
             raise ProtocolError(f"{self.what}: {len(data)} unexpected bytes after the final packet")

@@ -278,3 +278,35 @@ async def test_datanodes_reached_by_hostname_when_configured(fresh_cluster, tmp_
             assert f.blocks[0].locs[0].id.hostName == "localhost" and f.blocks[0].locs[0].id.ipAddr == "127.0.0.1"
             assert bytes(await client.read_range(f, 100, 5000)) == data[100:5100]
             assert [a.rsplit(":", 1)[0] for a in client.pool._idle] == [host]
+
+
+async def test_a_datanode_writing_small_pieces_wakes_the_reader_per_64_kib_not_per_piece() -> None:
+    """An encrypted stream arrives 8 KiB at a time. The reader's waits let up to 64 KiB gather
+    (SO_RCVLOWAT), never more than is sure to come, so the last bytes still end the read."""
+    from tests.dtp_fakes import read_response
+
+    block = random_bytes(512 * 1024, seed=77)
+    wire = read_response(block, 0, len(block))
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        for i in range(0, len(wire) - 200, 8192):  # all but the last 200 bytes, in 8 KiB pieces
+            await stream.send_all(wire[i : min(i + 8192, len(wire) - 200)])
+            await trio.sleep(0.002)
+        await trio.sleep(0.2)
+        await stream.send_all(wire[len(wire) - 200 :])  # fewer than the low-water mark
+        await stream.receive_some(100)  # the read status
+
+    async with trio.open_nursery() as n:
+        listeners = await n.start(trio.serve_tcp, handler, 0)
+        address = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        pool = ConnectionPool()
+        with trio.fail_after(10):
+            data = await read_replica(pool, address, b"\x00\x1c\x51\x00", 0, len(block), "blk",
+                                      Timeouts(read=3), Stats())
+        assert bytes(data) == block
+        conn = pool.take(address)
+        assert conn is not None
+        assert conn.waits <= 20  # 64 pieces arrived; 512 KiB / 64 KiB = 8 waits, and a few more
+        conn.close()
+        n.cancel_scope.cancel()
