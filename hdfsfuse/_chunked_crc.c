@@ -68,9 +68,9 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, con
 
 /* The CRC32Cs of three chunks of n bytes at once. The crc32 instruction takes 3 cycles and can
  * start one a cycle: one chunk's chain of them keeps the unit a third busy, three keep it full. */
-__attribute__((target("sse4.2"))) static void crc32c_sse42_x3(const unsigned char *a, size_t n, size_t stride,
-                                                              uint32_t out[3]) {
-    const unsigned char *b = a + stride, *c = b + stride;
+/* Three consecutive chunks of n bytes from a. */
+__attribute__((target("sse4.2"))) static void crc32c_sse42_x3(const unsigned char *a, size_t n, uint32_t out[3]) {
+    const unsigned char *b = a + n, *c = b + n;
     uint64_t ca = 0xFFFFFFFFu, cb = 0xFFFFFFFFu, cc = 0xFFFFFFFFu;
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -141,7 +141,7 @@ static PyObject *first_mismatch(PyObject *self, PyObject *args) {
         Py_ssize_t whole = data.len / bpc; /* chunks of the full size */
         for (; i + 3 <= whole; i += 3) {
             uint32_t got[3];
-            crc32c_sse42_x3(d + i * bpc, (size_t)bpc, (size_t)bpc, got);
+            crc32c_sse42_x3(d + i * bpc, (size_t)bpc, got);
             for (int j = 0; j < 3; j++) {
                 if (got[j] != be32(s + 4 * (i + j))) {
                     bad = i + j;
