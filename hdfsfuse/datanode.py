@@ -91,10 +91,11 @@ class DnConnection:
     async def receive(self, max_bytes: int, due: int = 1) -> bytes:
         """The next bytes (plaintext under a layer); b"" at EOF.
 
-        `due`: how many bytes are sure to come (a lower bound). A wait then lasts until up to
-        LOW_WATER of them are in, not until the first few arrive: a DataNode that writes in
-        small pieces (an encrypted stream writes 8 KiB at a time) would otherwise wake this
-        task for each. Never more than `due`, or the wait would outlast the stream.
+        `due`: how many bytes are sure to come (a lower bound). While that is LOW_WATER or
+        more, a wait lasts until LOW_WATER bytes are in, not until the first few arrive: a
+        DataNode that writes in small pieces (an encrypted stream writes 8 KiB at a time) would
+        otherwise wake this task for each. Below it (a small read, a read's tail) any byte ends
+        the wait, so the mark never outlasts the stream, and small reads make no setsockopt.
         """
         while True:
             try:
@@ -102,7 +103,7 @@ class DnConnection:
             except BlockingIOError:
                 self.waited = True
                 self.waits += 1
-                lowat = min(due, LOW_WATER)
+                lowat = LOW_WATER if due >= LOW_WATER else 1
                 if lowat != self.lowat:
                     self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
                     self.lowat = lowat
