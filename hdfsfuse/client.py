@@ -279,6 +279,7 @@ class HdfsClient:
                     client = cls(namenode, nursery=nursery, options=opts, stats=stats, settings=target.settings)
                     client.credentials = credentials
                     nursery.start_soon(client.pool.reap_forever)
+                    nursery.start_soon(client.pool.flush_forever)
                     local_io = LocalIoThreads()
                     if opts.cache_dir:
                         cache = BlockCache(opts.cache_dir, opts.cache_size)

@@ -3,7 +3,22 @@
 Does I/O. The byte layouts live in `hdfsfuse.dtp`; choosing replicas lives in `hdfsfuse.client`.
 
 - `ConnectionPool` keeps idle DataNode sockets for less than the DataNode's 4 s keepalive,
-  with a global cap. A socket goes back only after a complete read and a sent status.
+  with a global cap. A socket goes back only after a complete, verified read.
+- **The read status rides on the next request.** After the last packet the DataNode waits for
+  the client's status (CHECKSUM_OK) before it accounts the read and reads the next op. Sent on
+  its own, the status costs a send and a DataNode wake-up per read. It is kept on the pooled
+  socket instead, and goes out in front of that socket's next request, in one send:
+
+      client                                   DataNode thread
+        |-- READ_BLOCK #1 --------------------->|
+        |<---------- response, packets ---------|  (waits for a status)
+        |   (status #1 kept)                    |
+        |-- status #1 + READ_BLOCK #2 --------->|  accounts #1, reads op #2 from the same bytes
+        |<---------- response, packets ---------|
+
+  A socket not reused within `STATUS_DELAY` (a reader went quiet) sends its status alone
+  (`ConnectionPool.flush_forever`), and so does one being closed. The DataNode's counters (it
+  counts BytesRead once it has the status) therefore lag a read by at most about STATUS_DELAY.
 - `read_replica()` sends one OP_READ_BLOCK, parses the response with a read timeout on every
   wait, and retries once on a fresh socket when a pooled one turns out to be stale (that does
   not count as a DataNode failure). A cancelled or failed read closes its socket.
@@ -33,6 +48,7 @@ log = logging.getLogger(__name__)
 RECEIVE_SIZE = 256 * 1024
 LOW_WATER = 64 * 1024  # the most a wait for a read's bytes lets gather before it ends
 YIELD_EVERY = 1024 * 1024  # a large read yields to other tasks at least this often
+STATUS_DELAY = 0.005  # seconds a pooled socket keeps its read status for the next request
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +80,7 @@ class DnConnection:
     least once, so the task still yields to others on every operation.
     """
 
-    __slots__ = ("address", "layer", "lowat", "sock", "waited", "waits")
+    __slots__ = ("address", "exchanges", "layer", "lowat", "pending", "sock", "waited", "waits")
 
     def __init__(self, sock: socket.socket, address: str) -> None:
         sock.setblocking(False)
@@ -74,10 +90,30 @@ class DnConnection:
         self.waits = 0  # receive waits so far (each one let other tasks run)
         self.layer: StreamLayer | None = None  # SASL's integrity or privacy layer, once negotiated
         self.lowat = 1  # the socket's SO_RCVLOWAT: a wait for data ends when this much is in
+        self.pending = b""  # a read status not sent yet, as wire bytes (already sealed by the layer)
+        self.exchanges = 0  # reads finished on this socket
+
+    def keep_status(self, status: bytes) -> None:
+        """A read finished: its status goes out with the next request (or `flush_status`)."""
+        self.exchanges += 1
+        self.pending = status if self.layer is None else self.layer.seal(status)
+
+    def flush_status(self) -> None:
+        """Send a kept read status now, without waiting: a few bytes into an idle socket."""
+        try:
+            n = self.sock.send(self.pending)
+        except BlockingIOError:
+            return  # a full send buffer (never on an idle socket): the next request takes it along
+        except OSError:
+            n = len(self.pending)  # a broken socket: its next use finds out and moves to a fresh one
+        self.pending = self.pending[n:]
 
     async def send_all(self, data: bytes) -> None:
         if self.layer is not None:
             data = self.layer.seal(data)
+        if self.pending:
+            data = self.pending + data
+            self.pending = b""
         view = memoryview(data)
         while view:
             try:
@@ -116,6 +152,8 @@ class DnConnection:
                 return plain
 
     def close(self) -> None:
+        if self.pending:  # so the DataNode accounts the read and logs no network error
+            self.flush_status()
         trio.lowlevel.notify_closing(self.sock)
         self.sock.close()
 
@@ -128,6 +166,9 @@ class ConnectionPool:
         self.capacity = capacity
         self._idle: dict[str, collections.deque[tuple[float, DnConnection]]] = {}
         self._count = 0
+        # Sockets given back with a kept status, oldest first: (when given, socket, its exchanges then).
+        self._statuses: collections.deque[tuple[float, DnConnection, int]] = collections.deque()
+        self._status_wakeup = trio.Event()
 
     def __len__(self) -> int:
         return self._count
@@ -150,8 +191,33 @@ class ConnectionPool:
             oldest = min((q for q in self._idle.values() if q), key=lambda q: q[0][0])
             oldest.popleft()[1].close()
             self._count -= 1
-        self._idle.setdefault(address, collections.deque()).append((trio.current_time(), conn))
+        now = trio.current_time()
+        self._idle.setdefault(address, collections.deque()).append((now, conn))
         self._count += 1
+        if conn.pending:
+            if not self._statuses:
+                self._status_wakeup.set()
+            self._statuses.append((now, conn, conn.exchanges))
+
+    async def flush_forever(self) -> None:
+        """Send the statuses of sockets not reused within STATUS_DELAY.
+
+        A status goes out between STATUS_DELAY / 2 and STATUS_DELAY after its socket came back:
+        each wake-up sends all of those, so the task wakes at most once per STATUS_DELAY / 2
+        while reads go on, not once per read.
+        """
+        statuses = self._statuses
+        while True:
+            if not statuses:
+                self._status_wakeup = trio.Event()
+                await self._status_wakeup.wait()
+                continue
+            await trio.sleep_until(statuses[0][0] + STATUS_DELAY)
+            horizon = trio.current_time() - STATUS_DELAY / 2
+            while statuses and statuses[0][0] <= horizon:
+                _, conn, exchanges = statuses.popleft()
+                if conn.exchanges == exchanges and conn.pending:
+                    conn.flush_status()  # idle since it was given back: no request took the status along
 
     async def reap_forever(self) -> None:
         """Close idle connections as they expire (the DataNode drops them after its keepalive)."""
@@ -174,6 +240,7 @@ class ConnectionPool:
             for _, conn in conns:
                 conn.close()
         self._idle.clear()
+        self._statuses.clear()
         self._count = 0
 
 
@@ -237,7 +304,7 @@ async def _secure(conn: DnConnection, security: Security, timeouts: Timeouts, st
 async def _exchange(
     conn: DnConnection, request: bytes, parser: dtp.ReadBlockParser, timeouts: Timeouts, reused: bool,
 ) -> None:
-    """Send the op and drive the parser to the end of the read; send the read status.
+    """Send the op and drive the parser to the end of the read; keep the read status for later.
 
     One cancel scope per operation; its deadline moves forward whenever bytes arrive, so the
     read timeout bounds every single wait. Once the first bytes are in, the replica must also
@@ -297,10 +364,7 @@ async def _exchange(
                         unyielded = 0
                         await trio.lowlevel.checkpoint()
             elif isinstance(event, dtp.ReadFinished):
-                try:
-                    await conn.send_all(event.status_reply)
-                except OSError as e:
-                    raise ConnectionLost(f"sending the read status to {address} failed: {e}") from None
+                conn.keep_status(event.status_reply)  # it goes out with the next request
                 break
     if scope.cancelled_caught:
         raise DataNodeTimeout(f"DataNode {address} sent nothing for {timeouts.read:g}s during a read of {parser.what}")

@@ -15,6 +15,7 @@ import trio
 from hdfsfuse import errors
 from hdfsfuse.client import ClientOptions, HdfsClient
 from hdfsfuse.datanode import ConnectionPool, DataNodeTimeout, Timeouts, read_replica
+from hdfsfuse.dtp import STATUS_CHECKSUM_OK
 from hdfsfuse.stats import Stats
 from tests.conftest import random_bytes
 from tests.minidfs import MiniDfs
@@ -29,6 +30,13 @@ async def client_for(cluster: MiniDfs, conf_dir: str | None = None, **options: o
     async with HdfsClient.connect(cluster.uri, conf_dir=conf_dir or cluster.conf_dir,
                                   options=ClientOptions(**options)) as client:  # type: ignore[arg-type]
         yield client
+
+
+async def accounted(cluster: MiniDfs, before: dict[str, int], read_ops: int) -> dict[str, int]:
+    """The DataNodes' counters once `read_ops` more reads are accounted. It waits in a thread so
+    the client's loop runs meanwhile: a DataNode accounts a read when it gets the read status,
+    which the client's pool sends with the socket's next request or once the socket idles."""
+    return await trio.to_thread.run_sync(cluster.metrics_after, before, read_ops)
 
 
 def conf_with(cluster: MiniDfs, tmp_path: Path, name: str, value: str) -> str:
@@ -82,7 +90,7 @@ async def test_aligned_read_asks_the_datanode_for_exactly_its_bytes(cluster: Min
         for offset in (0, 8192, MiB + 4096 * 7):
             before = cluster.metrics_total()
             await client.read_range(f, offset, 4096)
-            after = cluster.metrics_after(before, 1)
+            after = await accounted(cluster, before, 1)
             # Hadoop 3.5's BytesRead counts the data plus its checksums (8 x 4 bytes here).
             assert after["BytesRead"] - before["BytesRead"] == 4096 + checksum_bytes(4096)
             assert after["ReadBlockOpNumOps"] - before["ReadBlockOpNumOps"] == 1
@@ -98,7 +106,7 @@ async def test_unaligned_read_adds_at_most_the_chunk_alignment(cluster: MiniDfs,
             offset = rnd.randrange(MiB - length)
             before = cluster.metrics_total()
             await client.read_range(f, offset, length)
-            grew = cluster.metrics_after(before, 1)["BytesRead"] - before["BytesRead"]
+            grew = (await accounted(cluster, before, 1))["BytesRead"] - before["BytesRead"]
             data_bytes = length + 2 * 511
             assert length < grew <= data_bytes + checksum_bytes(data_bytes) + 4
 
@@ -112,7 +120,7 @@ async def test_small_reads_reuse_connections(cluster: MiniDfs, data_dir: str) ->
         for _ in range(1000):
             offset = rnd.randrange(MiB - 4096)
             assert bytes(await client.read_range(f, offset, 4096)) == data[offset : offset + 4096]
-        after = cluster.metrics_after(before, 1000)
+        after = await accounted(cluster, before, 1000)
         await trio.sleep(0.5)  # nothing more may arrive: exactly one op per read
         assert cluster.metrics_total()["ReadBlockOpNumOps"] - before["ReadBlockOpNumOps"] == 1000
         assert after["ReadBlockOpNumOps"] - before["ReadBlockOpNumOps"] == 1000
@@ -309,4 +317,67 @@ async def test_a_datanode_writing_small_pieces_wakes_the_reader_per_64_kib_not_p
         assert conn is not None
         assert conn.waits <= 20  # 64 pieces arrived; 512 KiB / 64 KiB = 8 waits, and a few more
         conn.close()
+        n.cancel_scope.cancel()
+
+
+def _status_recording_datanode(block: bytes, request: bytes, reads: int,
+                               received: list[bytes], ended: trio.Event):  # type: ignore[no-untyped-def]
+    """A fake DataNode serving `reads` requests on one connection, then what follows until EOF or
+    a status. `received`: the bytes it took in before each response, then those after the last."""
+    from tests.dtp_fakes import read_response
+
+    async def handler(stream: trio.SocketStream) -> None:
+        buf = bytearray()
+        for _ in range(reads):
+            while not buf.endswith(request):
+                buf += await stream.receive_some(100)
+            received.append(bytes(buf))
+            buf.clear()
+            await stream.send_all(read_response(block, 0, 4096))
+        while len(buf) < len(STATUS_CHECKSUM_OK) and (chunk := await stream.receive_some(100)):
+            buf += chunk
+        received.append(bytes(buf))
+        ended.set()
+
+    return handler
+
+
+async def test_the_read_status_rides_on_the_next_request_and_goes_alone_once_idle() -> None:
+    """CHECKSUM_OK is kept on the pooled socket and sent in front of its next request (one send,
+    one DataNode wake-up); a socket nobody reuses sends it alone, so the DataNode accounts the read."""
+    block, request = random_bytes(4096, seed=78), b"\x00\x1c\x51\x00"
+    received: list[bytes] = []
+    ended = trio.Event()
+    async with trio.open_nursery() as n:
+        handler = _status_recording_datanode(block, request, 2, received, ended)
+        listeners = await n.start(trio.serve_tcp, handler, 0)
+        address = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        pool = ConnectionPool()
+        n.start_soon(pool.flush_forever)
+        for _ in range(2):
+            assert bytes(await read_replica(pool, address, request, 0, 4096, "blk", Timeouts(), Stats())) == block
+            (_, conn), = pool._idle[address]
+            assert conn.pending == STATUS_CHECKSUM_OK  # kept, not sent
+        with trio.fail_after(5):
+            await ended.wait()  # the flusher sent the second status on its own
+        assert received == [request, STATUS_CHECKSUM_OK + request, STATUS_CHECKSUM_OK]
+        assert conn.pending == b""
+        pool.close()
+        n.cancel_scope.cancel()
+
+
+async def test_a_closing_pool_sends_the_kept_read_status_first() -> None:
+    block, request = random_bytes(4096, seed=79), b"\x00\x1c\x51\x00"
+    received: list[bytes] = []
+    ended = trio.Event()
+    async with trio.open_nursery() as n:
+        handler = _status_recording_datanode(block, request, 1, received, ended)
+        listeners = await n.start(trio.serve_tcp, handler, 0)
+        address = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        pool = ConnectionPool()  # no flusher: only the close can send it
+        assert bytes(await read_replica(pool, address, request, 0, 4096, "blk", Timeouts(), Stats())) == block
+        pool.close()
+        with trio.fail_after(5):
+            await ended.wait()
+        assert received == [request, STATUS_CHECKSUM_OK]
         n.cancel_scope.cancel()
