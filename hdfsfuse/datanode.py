@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 RECEIVE_SIZE = 256 * 1024
 LOW_WATER = 64 * 1024  # the most a wait for a read's bytes lets gather before it ends
 YIELD_EVERY = 1024 * 1024  # a large read yields to other tasks at least this often
-STATUS_DELAY = 0.005  # seconds a pooled socket keeps its read status for the next request
+STATUS_DELAY = 0.02  # seconds a pooled socket keeps its read status for the next request
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +124,7 @@ class DnConnection:
                 continue
             view = view[n:]
 
-    async def receive(self, max_bytes: int, due: int = 1) -> bytes:
+    async def receive(self, max_bytes: int, due: int = 1, ready: bool = True) -> bytes:
         """The next bytes (plaintext under a layer); b"" at EOF.
 
         `due`: how many bytes are sure to come (a lower bound). While that is LOW_WATER or
@@ -132,24 +132,30 @@ class DnConnection:
         DataNode that writes in small pieces (an encrypted stream writes 8 KiB at a time) would
         otherwise wake this task for each. Below it (a small read, a read's tail) any byte ends
         the wait, so the mark never outlasts the stream, and small reads make no setsockopt.
+        `ready`: False right after a request, whose answer cannot be in yet: wait before the
+        first try (a receive that could only fail costs a syscall and an exception).
         """
         while True:
-            try:
-                data = self.sock.recv(max_bytes)
-            except BlockingIOError:
-                self.waited = True
-                self.waits += 1
-                lowat = LOW_WATER if due >= LOW_WATER else 1
-                if lowat != self.lowat:
-                    self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
-                    self.lowat = lowat
-                await trio.lowlevel.wait_readable(self.sock)
-                continue
-            if self.layer is None or not data:
-                return data
-            plain = self.layer.open(data)
-            if plain:
-                return plain
+            if ready:
+                try:
+                    data = self.sock.recv(max_bytes)
+                except BlockingIOError:
+                    pass
+                else:
+                    if self.layer is None or not data:
+                        return data
+                    plain = self.layer.open(data)
+                    if plain:
+                        return plain
+                    continue  # part of a frame: the rest may be in already
+            ready = True
+            self.waited = True
+            self.waits += 1
+            lowat = LOW_WATER if due >= LOW_WATER else 1
+            if lowat != self.lowat:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
+                self.lowat = lowat
+            await trio.lowlevel.wait_readable(self.sock)
 
     def close(self) -> None:
         if self.pending:  # so the DataNode accounts the read and logs no network error
@@ -338,7 +344,7 @@ async def _exchange(
                             f"{parser.what}, below the minimum {timeouts.min_rate:g} bytes/s"
                         )
                 try:
-                    data = await conn.receive(RECEIVE_SIZE, parser.bytes_due)
+                    data = await conn.receive(RECEIVE_SIZE, parser.bytes_due, ready=got_any)
                 except OSError as e:
                     if reused and not got_any:
                         raise _Stale from None
