@@ -1,4 +1,4 @@
-"""Side-by-side benchmarks: hdfsfuse against the Java client and hdfs-native, on one cluster.
+"""Side-by-side benchmarks: hdfsfuse against the Java client, hdfs-native and colinmarc/hdfs, on one cluster.
 
     .venv/bin/python -m tests.bench.run [--quick | --tiny] [--reps N] [--out DIR]
 
@@ -11,7 +11,9 @@ One rule for every contender: each runs in a process of its own (`tests.bench.wo
 Java `Bench` main), does the same warm-up reads (other offsets than the measured ones), and
 only then does the referee read its "before" counters and start the clock. Repetitions are
 interleaved (every contender once per round), figures are medians over `--reps` rounds, and
-CPU per read is the contender's own process CPU (for the mount, the daemon's plus the reader's).
+CPU per read is the contender's own process CPU (for the mount, the daemon's plus the reader's;
+the daemon's alone is a column of its own). The report ends with issue 15's targets, each against
+the same run's referee contender.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from tests.minidfs import ClusterOptions, MiniDfs, ensure_built
 from tests.mounting import Mount
 
 MiB = 1 << 20
+COLINMARC = Path(__file__).resolve().parent / "colinmarc"
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -69,6 +72,7 @@ class Result:
     connects: int
     nn_rpcs: int
     cpu_seconds: float = 0.0  # the contender's own CPU during the timed reads (mount: daemon + reader)
+    daemon_cpu_seconds: float = 0.0  # a mount's daemon alone (0 for a contender with no daemon)
 
     @property
     def rate(self) -> float:
@@ -81,6 +85,10 @@ class Result:
     @property
     def cpu_us_per_op(self) -> float:
         return self.cpu_seconds / self.ops * 1e6 if self.ops else 0.0
+
+    @property
+    def daemon_cpu_us_per_op(self) -> float:
+        return self.daemon_cpu_seconds / self.ops * 1e6 if self.ops else 0.0
 
 
 # ----- workloads: lists of (offset, length) ------------------------------------------------------
@@ -175,6 +183,26 @@ def _java(cluster: MiniDfs, mode: str) -> Callable[[str, str, str, int], list[st
     return argv
 
 
+def build_colinmarc() -> Path:
+    """Build the colinmarc/hdfs contender (Go modules from the module proxy) once."""
+    binary = COLINMARC / ".build" / "colinmarc-bench"
+    sources = [COLINMARC / n for n in ("main.go", "go.mod", "go.sum")]
+    if not binary.exists() or binary.stat().st_mtime < max(p.stat().st_mtime for p in sources):
+        subprocess.run(["go", "build", "-o", str(binary), "."], cwd=COLINMARC, check=True)
+    return binary
+
+
+def colinmarc_argv(cluster: MiniDfs) -> Callable[[str, str, str, int], list[str]]:
+    binary = str(build_colinmarc())
+    namenode = cluster.namenodes[0]["rpc"]
+
+    def argv(path: str, offsets: str, warmup: str, threads: int) -> list[str]:
+        return [binary, "--namenode", namenode, "--path", path, "--offsets", offsets, "--warmup-offsets", warmup,
+                "--threads", str(threads)]
+
+    return argv
+
+
 def java(cluster: MiniDfs, mode: str, path: str, count: int) -> float:
     """Seconds for `count` operations of a non-read Java mode (stat), timed inside the JVM."""
     args = ["java", "-Xmx1g", "-cp", ensure_built(), "hdfsfuse.minidfs.Bench", "--conf-dir", cluster.conf_dir,
@@ -259,7 +287,7 @@ def measure(cluster: MiniDfs, workload: str, contender: Contender, ops: int, arg
         ops=ops, wire_bytes=wire.bytes, bytes_read=m1["BytesRead"] - m0["BytesRead"],
         dn_read_ops=m1["ReadBlockOpNumOps"] - m0["ReadBlockOpNumOps"], connects=wire.connects,
         nn_rpcs=sum(nn1.values()) - sum(nn0.values()),
-        cpu_seconds=float(result.get("cpu_seconds", 0.0)) + daemon_cpu,
+        cpu_seconds=float(result.get("cpu_seconds", 0.0)) + daemon_cpu, daemon_cpu_seconds=daemon_cpu,
     )
 
 
@@ -284,7 +312,8 @@ def summary(results: list[Result], app_bytes: int) -> dict[str, float]:
 def median_result(results: list[Result]) -> Result:
     best = sorted(results, key=lambda r: r.seconds)[len(results) // 2]
     return dataclasses.replace(best, seconds=statistics.median(r.seconds for r in results),
-                               cpu_seconds=statistics.median(r.cpu_seconds for r in results))
+                               cpu_seconds=statistics.median(r.cpu_seconds for r in results),
+                               daemon_cpu_seconds=statistics.median(r.daemon_cpu_seconds for r in results))
 
 
 def run(sizes: Sizes, reps: int, out_dir: Path) -> dict[str, object]:
@@ -317,6 +346,8 @@ def run(sizes: Sizes, reps: int, out_dir: Path) -> dict[str, object]:
                 "W7 footer then columns": footer_then_columns(big, 17),
             }
 
+            colinmarc = colinmarc_argv(cluster)
+
             def contenders(stream_mode: str, sequential: bool) -> list[Contender]:
                 out = [
                     Contender("FUSE floor (no-op pyfuse3 daemon)", _worker("mount", cluster, floor),
@@ -328,6 +359,7 @@ def run(sizes: Sizes, reps: int, out_dir: Path) -> dict[str, object]:
                     Contender("hdfsfuse library", _worker("library", cluster)),
                     Contender("Java stream read", _java(cluster, stream_mode)),
                     Contender("hdfs-native", _worker("native", cluster)),
+                    Contender("colinmarc/hdfs", colinmarc),
                 ]
                 if not sequential:
                     out.insert(4, Contender("Java pread", _java(cluster, "pread")))
@@ -374,7 +406,8 @@ def run(sizes: Sizes, reps: int, out_dir: Path) -> dict[str, object]:
             floor.unmount()
     results = [median_result(rs) for rs in raw.values()]
     report = {"machine": machine(), "sizes": dataclasses.asdict(sizes), "reps": reps,
-              "results": [dataclasses.asdict(r) | {"rate": r.rate, "mbps": r.mbps, "cpu_us_per_op": r.cpu_us_per_op}
+              "results": [dataclasses.asdict(r) | {"rate": r.rate, "mbps": r.mbps, "cpu_us_per_op": r.cpu_us_per_op,
+                                                   "daemon_cpu_us_per_op": r.daemon_cpu_us_per_op}
                           for r in results],
               "extra": extra}
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -452,7 +485,7 @@ def render(report: dict) -> str:  # type: ignore[type-arg]
              "costs here, a ceiling for any pyfuse3 mount.", "",
              "Machine: " + ", ".join(f"{k} {v}" for k, v in report["machine"].items()), "",
              "Sizes: " + ", ".join(f"{k} {v}" for k, v in report["sizes"].items()), ""]
-    lines += ["## Headline", "", *headline(report), ""]
+    lines += ["## Headline", "", *headline(report), "", "## Issue 15's targets (same run)", "", *targets(report), ""]
     by_wl: dict[str, list[dict]] = {}  # type: ignore[type-arg]
     for r in report["results"]:
         by_wl.setdefault(r["workload"], []).append(r)
@@ -463,8 +496,9 @@ def render(report: dict) -> str:  # type: ignore[type-arg]
         base_name = "Java stream read" if seq else "Java pread"
         base = next((r for r in rows if r["contender"] == base_name), None)
         unit = "MB/s" if seq else ("seconds" if ls else "reads/s")
-        lines += [f"| contender | {unit} | ratio to {base_name if base else '-'} | CPU µs/op | wire amp | "
-                  "BytesRead amp | DN read ops | TCP connects | NN RPCs |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| contender | {unit} | ratio to {base_name if base else '-'} | CPU µs/op | of which daemon | "
+                  "wire amp | BytesRead amp | DN read ops | TCP connects | NN RPCs |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             value = r["mbps"] if seq else (r["seconds"] if ls else r["rate"])
             ratio = ""
@@ -475,7 +509,8 @@ def render(report: dict) -> str:  # type: ignore[type-arg]
             amp_w = f"{r['wire_bytes'] / app:.3f}" if r["app_bytes"] else "-"
             amp_b = f"{r['bytes_read'] / app:.3f}" if r["app_bytes"] else "-"
             cpu = f"{r['cpu_us_per_op']:,.0f}" if r.get("cpu_us_per_op") else "-"
-            lines.append(f"| {r['contender']} | {value:,.1f} | {ratio} | {cpu} | {amp_w} | {amp_b} | "
+            daemon = f"{r['daemon_cpu_us_per_op']:,.0f}" if r.get("daemon_cpu_us_per_op") else "-"
+            lines.append(f"| {r['contender']} | {value:,.1f} | {ratio} | {cpu} | {daemon} | {amp_w} | {amp_b} | "
                          f"{r['dn_read_ops']} | {r['connects']} | {r['nn_rpcs']} |")
         lines.append("")
     if report.get("extra"):
@@ -485,7 +520,7 @@ def render(report: dict) -> str:  # type: ignore[type-arg]
 
 HEADLINE_ROWS = ["FUSE floor (no-op pyfuse3 daemon)", "hdfsfuse mount (page cache)", "hdfsfuse mount (direct_io)",
                  "hdfsfuse library", "Java pread",
-                 "Java stream read", "hdfs-native"]
+                 "Java stream read", "hdfs-native", "colinmarc/hdfs"]
 
 
 def headline(report: dict) -> list[str]:  # type: ignore[type-arg]
@@ -515,6 +550,48 @@ def headline(report: dict) -> list[str]:  # type: ignore[type-arg]
         w1, w4, w7 = (ratio(w, c, "Java pread", "rate") for w in ("W1", "W4", "W7"))
         w3 = ratio("W3", c, "Java stream read", "mbps")
         out.append(f"| {name} | {w1} | {cpu} | {amp('W1', c)} | {w4} | {amp('W6', c)} | {w7} | {w3} |")
+    return out
+
+
+MOUNT, LIBRARY, NATIVE, GO = "hdfsfuse mount (page cache)", "hdfsfuse library", "hdfs-native", "colinmarc/hdfs"
+
+
+def targets(report: dict) -> list[str]:  # type: ignore[type-arg]
+    """Issue 15's targets, each measured against its referee contender in this run (default mode)."""
+    rows = {(r["workload"].split()[0], r["contender"]): r for r in report["results"]}
+
+    def ratio(w: str, c: str, base: str, key: str) -> tuple[str, float | None]:
+        r, b = rows.get((w, c)), rows.get((w, base))
+        if not r or not b or not b[key]:
+            return "-", None
+        return f"{r[key]:,.0f} against {b[key]:,.0f}: {r[key] / b[key]:.2f}x", r[key] / b[key]
+
+    def amp(w: str, c: str, key: str) -> tuple[str, float | None]:
+        r = rows.get((w, c))
+        if not r or not r["app_bytes"]:
+            return "-", None
+        value = r[key] / r["app_bytes"]
+        return f"{value:.2f}", value
+
+    def cpu(w: str) -> tuple[str, float | None]:
+        r, b = rows.get((w, MOUNT)), rows.get((w, NATIVE))
+        if not r or not b or not b["cpu_us_per_op"]:
+            return "-", None
+        d = r["daemon_cpu_us_per_op"]
+        return f"{d:,.0f} against {b['cpu_us_per_op']:,.0f} us: {d / b['cpu_us_per_op']:.2f}x", d / b["cpu_us_per_op"]
+
+    checks: list[tuple[str, tuple[str, float | None], Callable[[float], bool]]] = [
+        ("W1 reads/s, mount x hdfs-native >= 1.0", ratio("W1", MOUNT, NATIVE, "rate"), lambda v: v >= 1.0),
+        ("W1 reads/s, library x hdfs-native >= 1.2", ratio("W1", LIBRARY, NATIVE, "rate"), lambda v: v >= 1.2),
+        ("W4 reads/s, mount x hdfs-native >= 1.0", ratio("W4", MOUNT, NATIVE, "rate"), lambda v: v >= 1.0),
+        ("W3 MB/s, mount x colinmarc/hdfs >= 1.0", ratio("W3", MOUNT, GO, "mbps"), lambda v: v >= 1.0),
+        ("W6 wire amplification, mount <= 8", amp("W6", MOUNT, "wire_bytes"), lambda v: v <= 8),
+        ("W2 BytesRead amplification, mount <= 1.2", amp("W2", MOUNT, "bytes_read"), lambda v: v <= 1.2),
+        ("W1 CPU per read, mount daemon x hdfs-native <= 1.0", cpu("W1"), lambda v: v <= 1.0),
+    ]
+    out = ["| target (the mount in its default mode) | measured | met |", "|---|---|---|"]
+    for name, (text, value), met in checks:
+        out.append(f"| {name} | {text} | {'-' if value is None else ('yes' if met(value) else 'no')} |")
     return out
 
 

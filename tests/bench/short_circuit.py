@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +36,7 @@ from tests.bench.run import (
     FloorMount,
     Result,
     _worker,
+    colinmarc_argv,
     daemon_pid,
     measure,
     random_reads,
@@ -48,27 +48,6 @@ from tests.mounting import Mount
 
 MiB = 1 << 20
 RANDOM, SEQUENTIAL = "/sc/random", "/sc/sequential"
-COLINMARC = Path(__file__).resolve().parent / "colinmarc"
-
-
-def build_colinmarc() -> Path:
-    """Build the colinmarc/hdfs contender (Go modules from the module proxy) once."""
-    binary = COLINMARC / ".build" / "colinmarc-bench"
-    sources = [COLINMARC / n for n in ("main.go", "go.mod", "go.sum")]
-    if not binary.exists() or binary.stat().st_mtime < max(p.stat().st_mtime for p in sources):
-        subprocess.run(["go", "build", "-o", str(binary), "."], cwd=COLINMARC, check=True)
-    return binary
-
-
-def _colinmarc(cluster: MiniDfs) -> Callable[[str, str, str, int], list[str]]:
-    binary = str(build_colinmarc())
-    namenode = cluster.namenodes[0]["rpc"]
-
-    def argv(path: str, offsets: str, warmup: str, threads: int) -> list[str]:
-        return [binary, "--namenode", namenode, "--path", path, "--offsets", offsets, "--warmup-offsets", warmup,
-                "--threads", str(threads)]
-
-    return argv
 
 
 def _java_short_circuit(cluster: MiniDfs, mode: str) -> Callable[[str, str, str, int], list[str]]:
@@ -115,7 +94,7 @@ def main() -> None:
                 Contender("hdfsfuse mount, short_circuit=off", _worker("mount", cluster, remote),
                           lambda: daemon_pid(remote)),
                 Contender("hdfs-native", _worker("native", cluster)),
-                Contender("colinmarc/hdfs", _colinmarc(cluster)),
+                Contender("colinmarc/hdfs", colinmarc_argv(cluster)),
             ]
             java_pread = Contender("Java pread, short-circuit", _java_short_circuit(cluster, "pread"))
             java_stream = Contender("Java stream, short-circuit", _java_short_circuit(cluster, "stream"))
