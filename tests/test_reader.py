@@ -320,6 +320,15 @@ async def test_a_datanode_writing_small_pieces_wakes_the_reader_per_64_kib_not_p
         n.cancel_scope.cancel()
 
 
+@asynccontextmanager
+async def _serving(handler) -> AsyncIterator[tuple[trio.Nursery, str]]:  # type: ignore[no-untyped-def]
+    """A fake DataNode on a local port for the block: (its nursery, "host:port")."""
+    async with trio.open_nursery() as n:
+        listeners = await n.start(trio.serve_tcp, handler, 0)
+        yield n, f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        n.cancel_scope.cancel()
+
+
 def _status_recording_datanode(block: bytes, request: bytes, reads: int,
                                received: list[bytes], ended: trio.Event):  # type: ignore[no-untyped-def]
     """A fake DataNode serving `reads` requests on one connection, then what follows until EOF or
@@ -348,10 +357,7 @@ async def test_the_read_status_rides_on_the_next_request_and_goes_alone_once_idl
     block, request = random_bytes(4096, seed=78), b"\x00\x1c\x51\x00"
     received: list[bytes] = []
     ended = trio.Event()
-    async with trio.open_nursery() as n:
-        handler = _status_recording_datanode(block, request, 2, received, ended)
-        listeners = await n.start(trio.serve_tcp, handler, 0)
-        address = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+    async with _serving(_status_recording_datanode(block, request, 2, received, ended)) as (n, address):
         pool = ConnectionPool()
         n.start_soon(pool.flush_forever)
         for _ in range(2):
@@ -363,21 +369,16 @@ async def test_the_read_status_rides_on_the_next_request_and_goes_alone_once_idl
         assert received == [request, STATUS_CHECKSUM_OK + request, STATUS_CHECKSUM_OK]
         assert conn.pending == b""
         pool.close()
-        n.cancel_scope.cancel()
 
 
 async def test_a_closing_pool_sends_the_kept_read_status_first() -> None:
     block, request = random_bytes(4096, seed=79), b"\x00\x1c\x51\x00"
     received: list[bytes] = []
     ended = trio.Event()
-    async with trio.open_nursery() as n:
-        handler = _status_recording_datanode(block, request, 1, received, ended)
-        listeners = await n.start(trio.serve_tcp, handler, 0)
-        address = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+    async with _serving(_status_recording_datanode(block, request, 1, received, ended)) as (_, address):
         pool = ConnectionPool()  # no flusher: only the close can send it
         assert bytes(await read_replica(pool, address, request, 0, 4096, "blk", Timeouts(), Stats())) == block
         pool.close()
         with trio.fail_after(5):
             await ended.wait()
         assert received == [request, STATUS_CHECKSUM_OK]
-        n.cancel_scope.cancel()
