@@ -16,9 +16,9 @@ Does I/O. The byte layouts live in `hdfsfuse.dtp`; choosing replicas lives in `h
         |-- status #1 + READ_BLOCK #2 --------->|  accounts #1, reads op #2 from the same bytes
         |<---------- response, packets ---------|
 
-  A socket not reused within STATUS_DELAY / 2 to STATUS_DELAY (a reader went quiet) sends its status alone
-  (`ConnectionPool.flush_forever`), and so does one being closed. The DataNode's counters (it
-  counts BytesRead once it has the status) therefore lag a read by at most about STATUS_DELAY.
+  A socket not reused within STATUS_DELAY / 2 to STATUS_DELAY (a reader went quiet) sends its
+  status alone (`ConnectionPool.flush_forever`), and so does one being closed. The DataNode's
+  counters (it counts BytesRead once it has the status) lag a read by at most STATUS_DELAY.
 - `read_replica()` sends one OP_READ_BLOCK, parses the response with a read timeout on every
   wait, and retries once on a fresh socket when a pooled one turns out to be stale (that does
   not count as a DataNode failure). A cancelled or failed read closes its socket.
