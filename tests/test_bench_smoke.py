@@ -23,7 +23,22 @@ def test_bench_runs_on_tiny_sizes(tmp_path: Path) -> None:
     targets = report.split("## Issue 15's targets (same run)")[1].split("\n## ")[0]
     rows = [line for line in targets.splitlines() if line.startswith("| W")]
     assert len(rows) == 7 and all(line.endswith(("| yes |", "| no |")) for line in rows), targets
-    results = json.loads((tmp_path / "results.json").read_text())["results"]
+    # Each missed target is explained by this run's profiles, floor and referees.
+    why = report.split("## Why each missed target is missed")[1].split("\n## ")[0]
+    missed = [line.split(" | ")[0].removeprefix("| ") for line in rows if line.endswith("| no |")]
+    for name in missed:
+        block = why.split(f"**{name}**")[1].split("\n**")[0]
+        assert block.count("\n- ") >= 1 and "nothing measured explains it" not in block, (name, why)
+    if not missed:
+        assert "Every target is met." in why
+    full = json.loads((tmp_path / "results.json").read_text())
+    results = full["results"]
+    profiles = full["extra"]["profiles"]
+    assert set(profiles) == {"W1 hdfsfuse mount (page cache)", "W1 hdfsfuse library",
+                             "W1 FUSE floor (no-op pyfuse3 daemon)", "W3 hdfsfuse mount (page cache)"}
+    for name in ("W1 hdfsfuse mount (page cache)", "W1 hdfsfuse library"):  # both do real work on every read
+        assert sum(profiles[name]["samples"].values()) > 0 and profiles[name]["functions"], (name, profiles[name])
+    assert full["extra"]["shared_mmap"]["page cache"] == "ok"
     workloads = {r["workload"].split()[0] for r in results}
     assert workloads == {"W1", "W2", "W3", "W4", "W5", "W6", "W7"}
     for row in results:
