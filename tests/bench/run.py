@@ -691,7 +691,8 @@ def why_missed(report: dict) -> list[str]:  # type: ignore[type-arg]
         p = profiles.get(name)
         if p is None or not p.busy:
             return "(no profile)"
-        parts = ", ".join(f"{bucket} {share * 100:.0f}% ({share * us:,.0f} {unit})"
+        digits = 2 if unit == "ms" else 0
+        parts = ", ".join(f"{bucket} {share * 100:.0f}% ({share * us:,.{digits}f} {unit})"
                           for bucket, share in p.shares().items())
         return f"{parts}; {p.busy} samples"
 
