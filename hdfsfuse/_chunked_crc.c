@@ -7,6 +7,7 @@
  *
  *   first_mismatch(kind, data, sums, bytes_per_checksum) -> index of the first bad chunk, or -1
  *   crc(kind, data) -> the CRC of data
+ *   take_data_packets(...) -> the packet loop of a READ_BLOCK response's common case (below)
  *
  * kind 1 is CRC32 (zlib's, reflected polynomial 0xEDB88320), kind 2 is CRC32C (Castagnoli,
  * reflected polynomial 0x82F63B78); both start from 0xFFFFFFFF and end XORed with it. CRC32C uses
@@ -115,6 +116,29 @@ static int check_kind(int kind) {
     return 0;
 }
 
+/* The index of the first chunk of d[0:n] whose CRC is not its big-endian value in s, or -1. */
+static Py_ssize_t first_bad_chunk(int kind, const unsigned char *d, Py_ssize_t n, const unsigned char *s,
+                                  Py_ssize_t bpc) {
+    Py_ssize_t count = (n + bpc - 1) / bpc, i = 0;
+#ifdef HAVE_SSE42_PATH
+    if (kind == 2 && use_sse42) {
+        Py_ssize_t whole = n / bpc;
+        for (; i + 3 <= whole; i += 3) {
+            uint32_t got[3];
+            crc32c_sse42_x3(d + i * bpc, (size_t)bpc, got);
+            for (int j = 0; j < 3; j++)
+                if (got[j] != be32(s + 4 * (i + j))) return i + j;
+        }
+    }
+#endif
+    for (; i < count; i++) {
+        Py_ssize_t off = i * bpc;
+        size_t len = (size_t)(n - off < bpc ? n - off : bpc);
+        if (crc_of(kind, d + off, len) != be32(s + 4 * i)) return i;
+    }
+    return -1;
+}
+
 static PyObject *first_mismatch(PyObject *self, PyObject *args) {
     int kind;
     Py_buffer data, sums;
@@ -132,34 +156,9 @@ static PyObject *first_mismatch(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%zd checksum bytes for %zd data bytes", sums.len, data.len);
         goto done;
     }
-    Py_ssize_t bad = -1;
-    const unsigned char *d = data.buf, *s = sums.buf;
+    Py_ssize_t bad;
     Py_BEGIN_ALLOW_THREADS
-    Py_ssize_t i = 0;
-#ifdef HAVE_SSE42_PATH
-    if (kind == 2 && use_sse42) {
-        Py_ssize_t whole = data.len / bpc; /* chunks of the full size */
-        for (; i + 3 <= whole; i += 3) {
-            uint32_t got[3];
-            crc32c_sse42_x3(d + i * bpc, (size_t)bpc, got);
-            for (int j = 0; j < 3; j++) {
-                if (got[j] != be32(s + 4 * (i + j))) {
-                    bad = i + j;
-                    break;
-                }
-            }
-            if (bad >= 0) break;
-        }
-    }
-#endif
-    for (; bad < 0 && i < count; i++) {
-        Py_ssize_t off = i * bpc;
-        size_t n = (size_t)(data.len - off < bpc ? data.len - off : bpc);
-        if (crc_of(kind, d + off, n) != be32(s + 4 * i)) {
-            bad = i;
-            break;
-        }
-    }
+    bad = first_bad_chunk(kind, data.buf, data.len, sums.buf, bpc);
     Py_END_ALLOW_THREADS
     result = PyLong_FromSsize_t(bad);
 done:
@@ -185,15 +184,96 @@ static PyObject *crc(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* The packets of a READ_BLOCK response, as `dtp.ReadBlockParser._parse_packet` takes them:
+ *
+ *   PLEN (u32 BE) | HLEN (u16 BE) | header (HLEN) | checksums | data (dataLen)
+ *   header, fixed layout (25 bytes, protobuf): 0x09 offsetInBlock (i64 LE) 0x11 seqno (i64 LE)
+ *                                              0x18 lastPacketInBlock (0|1) 0x25 dataLen (i32 LE)
+ *
+ * take_data_packets(kind, bpc, size, buf, at, pos, seqno, start, end, output, max_packet)
+ *     -> (at, pos, seqno, taken)
+ *
+ * From `at` in `buf`, takes every complete data packet in the fixed layout that passes each of
+ * the parser's checks: its seqno and block offset are the next expected (`seqno`, `pos`), its
+ * checksum bytes fit its data, it is not marked last and starts before `end`, and every chunk
+ * verifies (kind 1 or 2; kind 0 verifies nothing). Each packet's bytes in [start, end) of the
+ * block are copied to `output`, which holds exactly that range. Returns where it stopped, the
+ * next expected offset and seqno, and the data bytes taken. It stops before the first packet it
+ * does not take (incomplete, the final empty one, another header layout, any failed check) and
+ * takes nothing from it: the Python loop then takes that packet, and raises its own errors.
+ */
+static int64_t le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+static int32_t le32(const unsigned char *p) {
+    return (int32_t)((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
+}
+
+static PyObject *take_data_packets(PyObject *self, PyObject *args) {
+    int kind;
+    Py_ssize_t bpc, size, at, max_packet, taken = 0;
+    long long pos, seqno, start, end;
+    Py_buffer buf, output;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "inny*nLLLLw*n", &kind, &bpc, &size, &buf, &at, &pos, &seqno, &start, &end,
+                          &output, &max_packet))
+        return NULL;
+    if ((kind != 0 && check_kind(kind) < 0) || bpc <= 0 || at < 0 || at > buf.len ||
+        output.len != end - start) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "take_data_packets: bad arguments");
+        PyBuffer_Release(&buf);
+        PyBuffer_Release(&output);
+        return NULL;
+    }
+    const unsigned char *b = buf.buf;
+    unsigned char *out = output.buf;
+    Py_ssize_t n = buf.len;
+    Py_BEGIN_ALLOW_THREADS
+    while (n - at >= 6) {
+        const unsigned char *p = b + at;
+        int64_t plen = (int64_t)be32(p);
+        int64_t hlen = ((int64_t)p[4] << 8) | p[5];
+        if (hlen != 25 || plen + hlen > max_packet) break;
+        int64_t total = 2 + hlen + plen;
+        if (n - at < total) break;
+        const unsigned char *h = p + 6;
+        if (h[0] != 0x09 || h[9] != 0x11 || h[18] != 0x18 || h[19] != 0 || h[20] != 0x25) break;
+        int64_t offset = le64(h + 1), seq = le64(h + 10);
+        int64_t data_len = le32(h + 21);
+        if (seq != seqno || offset != pos || data_len <= 0 || offset >= end) break;
+        int64_t sums_len = plen - 4 - data_len; /* >= 0 once it matches: so is plen - 4 - data_len */
+        if (sums_len != (data_len + bpc - 1) / bpc * size) break;
+        const unsigned char *sums = h + hlen, *data = sums + sums_len;
+        if (kind != 0 && first_bad_chunk(kind, data, (Py_ssize_t)data_len, sums, bpc) >= 0) break;
+        int64_t lo = offset > start ? offset : start;
+        int64_t hi = offset + data_len < end ? offset + data_len : end;
+        if (hi > lo) memcpy(out + (lo - start), data + (lo - offset), (size_t)(hi - lo));
+        pos = offset + data_len;
+        seqno = seq + 1;
+        taken += (Py_ssize_t)data_len;
+        at += (Py_ssize_t)total;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&output);
+    return Py_BuildValue("nLLn", at, pos, seqno, taken);
+}
+
 static PyMethodDef methods[] = {
     {"first_mismatch", first_mismatch, METH_VARARGS,
      "first_mismatch(kind, data, sums, bytes_per_checksum) -> index of the first bad chunk, or -1"},
     {"crc", crc, METH_VARARGS, "crc(kind, data) -> CRC32 (kind 1) or CRC32C (kind 2) of data"},
+    {"take_data_packets", take_data_packets, METH_VARARGS,
+     "take_data_packets(kind, bpc, size, buf, at, pos, seqno, start, end, output, max_packet) -> "
+     "(at, pos, seqno, taken): the READ_BLOCK packet loop's common case (see dtp.ReadBlockParser)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_chunked_crc",
-                                    "Chunk-by-chunk CRC verification in one call.", -1, methods};
+                                    "Chunk-by-chunk CRC verification in one call, and the packets that carry the chunks.", -1, methods};
 
 PyMODINIT_FUNC PyInit__chunked_crc(void) {
     make_tables(1, 0xEDB88320u);

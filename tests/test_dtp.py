@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import struct
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +17,31 @@ from hdfsfuse.wire import NEED_DATA, ProtocolError, read_delimited
 from tests.dtp_fakes import block_op_response, packet, read_response
 
 BLOCK = random.Random(7).randbytes(300_000)
+NATIVE_PACKETS = dtp._take_data_packets
+
+
+@pytest.fixture(autouse=True, scope="module", params=["native packet loop", "python packet loop"])
+def packet_loop(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every parser test runs twice: with the C extension's packet loop, and with Python's alone."""
+    if request.param == "native packet loop" and NATIVE_PACKETS is None:
+        pytest.skip("the _chunked_crc extension is not built")
+    dtp._take_data_packets = NATIVE_PACKETS if request.param == "native packet loop" else None
+    yield request.param
+    dtp._take_data_packets = NATIVE_PACKETS
+
+
+def outcome(wire: bytes, offset: int, length: int, step: int, native: bool) -> tuple[object, ...]:
+    """What a parser makes of `wire` fed in `step`-byte pieces: its events or its error, its bytes."""
+    saved = dtp._take_data_packets
+    dtp._take_data_packets = NATIVE_PACKETS if native else None
+    parser = dtp.ReadBlockParser(offset, length, "blk_9")
+    try:
+        events = run(parser, wire, step)
+    except (ProtocolError, errors.HdfsError) as e:
+        return (type(e).__name__, str(e))
+    finally:
+        dtp._take_data_packets = saved
+    return (repr(events), parser.done, bytes(parser.output) if parser.done else b"", parser.received)
 
 
 def run(parser: dtp.ReadBlockParser, data: bytes, step: int | None = None) -> list[object]:
@@ -133,6 +160,13 @@ def test_oversized_plen_refused_before_buffering() -> None:
         parser.next_event()
 
 
+def test_a_complete_packet_over_the_maximum_size_is_refused() -> None:
+    data = bytes(dtp.MAX_PACKET_SIZE)  # with its 4-byte PLEN field and header, over the maximum
+    wire = block_op_response(kind=CHECKSUM_NULL) + packet(0, 0, data, Checksum(CHECKSUM_NULL, 512))
+    with pytest.raises(ProtocolError, match="bad packet lengths"):
+        run(dtp.ReadBlockParser(0, len(data)), wire)
+
+
 def test_truncated_header_needs_data() -> None:
     c = Checksum(CHECKSUM_CRC32C, 512)
     wire = block_op_response() + packet(0, 0, BLOCK[:512], c)[:20]
@@ -158,10 +192,12 @@ def test_data_packet_marked_last_and_empty_packet_not_last() -> None:
         run(dtp.ReadBlockParser(0, 512), block_op_response() + packet(0, 0, b"", c))
 
 
-def test_checksum_length_must_match_data() -> None:
-    c = Checksum(CHECKSUM_CRC32C, 512)
+@pytest.mark.parametrize("kind", [CHECKSUM_CRC32C, CHECKSUM_NULL])
+def test_checksum_length_must_match_data(kind: int) -> None:
+    c = Checksum(kind, 512)
+    extra = c.compute(BLOCK[:512]) + b"\x00" * 4  # one checksum too many (NULL: four bytes where none belong)
     with pytest.raises(ProtocolError, match="checksum bytes"):
-        run(dtp.ReadBlockParser(0, 512), block_op_response() + packet(0, 0, BLOCK[:512], c, sums=b"\x00" * 8))
+        run(dtp.ReadBlockParser(0, 512), block_op_response(kind=kind) + packet(0, 0, BLOCK[:512], c, sums=extra))
 
 
 @pytest.mark.parametrize(("offset", "chunk_offset"), [(0, 1), (0, 512), (1124, 512), (1124, 1536)])
@@ -224,6 +260,45 @@ def test_fuzz_mutated_valid_stream(position: int, garbage: bytes, mode: int) -> 
         return
     if parser.done:  # a mutation that survived every check must not change the bytes
         assert bytes(parser.output) == BLOCK[100:2100]
+
+
+def packet_starts(wire: bytes | bytearray) -> list[int]:
+    """Where each packet of a well-formed READ_BLOCK response starts."""
+    _, at = read_delimited(wire, 0, 1 << 20)
+    starts = []
+    while at < len(wire):
+        starts.append(at)
+        plen, hlen = struct.unpack_from(">IH", wire, at)
+        at += 2 + hlen + plen
+    return starts
+
+
+@pytest.mark.skipif(NATIVE_PACKETS is None, reason="the _chunked_crc extension is not built")
+@settings(max_examples=600, deadline=None)
+@given(st.integers(0, 299_000), st.integers(1, 9000), st.sampled_from([CHECKSUM_CRC32C, CHECKSUM_CRC32, CHECKSUM_NULL]),
+       st.sampled_from([64, 512]), st.sampled_from([512, 1024, 4096]), st.booleans(), st.integers(1, 20_000),
+       st.sampled_from([0, 0, 1, 700, 5000]),
+       st.lists(st.tuples(st.integers(-1, 3), st.integers(0, 1 << 20), st.integers(0, 255)), max_size=3),
+       st.integers(0, 2))
+def test_the_native_packet_loop_agrees_with_python_on_every_stream(
+        offset: int, length: int, kind: int, bpc: int, psize: int, proto: bool, step: int, extra: int,
+        flips: list[tuple[int, int, int]], cut: int) -> None:
+    """Valid streams, streams running past the range asked for (`extra`), corrupted ones (a byte
+    changed in a packet's lengths and header, or anywhere) and truncated ones: the native loop
+    gives the same events, bytes and errors as Python's alone."""
+    length = min(length, len(BLOCK) - offset)
+    sent = min(length + extra, len(BLOCK) - offset)
+    wire = bytearray(read_response(BLOCK, offset, sent, kind=kind, bpc=bpc, packet_size=psize, proto_header=proto))
+    starts = packet_starts(wire)
+    for which, position, value in flips:
+        at = position if which < 0 else starts[which % len(starts)] + position % 31
+        wire[at % len(wire)] = value
+    if cut:
+        del wire[len(wire) - cut * 7 :]
+    native = outcome(bytes(wire), offset, length, step, native=True)
+    assert native == outcome(bytes(wire), offset, length, step, native=False)
+    if not flips and not cut and sent == length:
+        assert native[1:3] == (True, BLOCK[offset : offset + length])
 
 
 @settings(max_examples=200, deadline=None)
