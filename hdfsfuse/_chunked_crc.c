@@ -101,6 +101,16 @@ static uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
+static int64_t le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+static int32_t le32(const unsigned char *p) {
+    return (int32_t)((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
+}
+
 static uint32_t crc_of(int kind, const unsigned char *p, size_t n) {
 #ifdef HAVE_SSE42_PATH
     if (kind == 2 && use_sse42) return ~crc32c_sse42(0xFFFFFFFFu, p, n);
@@ -202,16 +212,6 @@ static PyObject *crc(PyObject *self, PyObject *args) {
  * does not take (incomplete, the final empty one, another header layout, any failed check) and
  * takes nothing from it: the Python loop then takes that packet, and raises its own errors.
  */
-static int64_t le64(const unsigned char *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return (int64_t)v;
-}
-
-static int32_t le32(const unsigned char *p) {
-    return (int32_t)((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
-}
-
 static PyObject *take_data_packets(PyObject *self, PyObject *args) {
     int kind;
     Py_ssize_t bpc, size, at, max_packet, taken = 0;
@@ -244,7 +244,7 @@ static PyObject *take_data_packets(PyObject *self, PyObject *args) {
         int64_t offset = le64(h + 1), seq = le64(h + 10);
         int64_t data_len = le32(h + 21);
         if (seq != seqno || offset != pos || data_len <= 0 || offset >= end) break;
-        int64_t sums_len = plen - 4 - data_len; /* >= 0 once it matches: so is plen - 4 - data_len */
+        int64_t sums_len = plen - 4 - data_len; /* negative (dataLen past PLEN) never matches */
         if (sums_len != (data_len + bpc - 1) / bpc * size) break;
         const unsigned char *sums = h + hlen, *data = sums + sums_len;
         if (kind != 0 && first_bad_chunk(kind, data, (Py_ssize_t)data_len, sums, bpc) >= 0) break;
@@ -272,8 +272,9 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_chunked_crc",
-                                    "Chunk-by-chunk CRC verification in one call, and the packets that carry the chunks.", -1, methods};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_chunked_crc",
+    "Chunk-by-chunk CRC verification in one call, and the READ_BLOCK packets that carry the chunks.", -1, methods};
 
 PyMODINIT_FUNC PyInit__chunked_crc(void) {
     make_tables(1, 0xEDB88320u);

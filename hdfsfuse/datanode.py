@@ -46,7 +46,7 @@ from hdfsfuse.wire import NEED_DATA, NeedData, read_delimited
 log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 256 * 1024
-LOW_WATER = 256 * 1024  # the most a wait for a read's bytes lets gather before it ends (= RECEIVE_SIZE)
+LOW_WATER = 256 * 1024  # the most a wait for a read's bytes lets gather before it ends (<= RECEIVE_SIZE)
 YIELD_EVERY = 1024 * 1024  # a large read yields to other tasks at least this often
 STATUS_DELAY = 0.02  # seconds a pooled socket keeps its read status for the next request
 
