@@ -37,7 +37,7 @@ from hdfsfuse.inodes import ROOT_INODE, Entry, InodeTable
 from hdfsfuse.namenode import FileStatus, NameNodeClient
 from hdfsfuse.options import MountOptions
 from hdfsfuse.proto import hdfs_pb2
-from hdfsfuse.readahead import ReadaheadBudget, ReadaheadPlanner
+from hdfsfuse.readahead import ReadaheadBudget, ReadaheadPlanner, max_window
 from hdfsfuse.stats import snapshot
 from hdfsfuse.viewfs import ViewNameNode
 from hdfsfuse.wire import ProtocolError
@@ -588,7 +588,9 @@ class HdfsOperations(pyfuse3.Operations):
             self._invalidate_attributes(inode)
         fh = self._next_fh
         self._next_fh += 1
-        handle = self._files[fh] = _OpenFile(inode, file, ReadaheadPlanner(max_window=self.options.readahead_max))
+        units = file.ec_policy.data_units if file.ec_policy is not None else 1
+        window = max_window(self.options.readahead_max, units, self.options.readahead_total)
+        handle = self._files[fh] = _OpenFile(inode, file, ReadaheadPlanner(max_window=window))
         self._open_inodes.setdefault(inode, []).append(handle)
         return pyfuse3.FileInfo(fh=fh, direct_io=self.options.direct_io, keep_cache=keep and not self.options.direct_io)
 
@@ -679,10 +681,16 @@ class HdfsOperations(pyfuse3.Operations):
             chunk.done.set()
 
     def _drop_chunks(self, handle: _OpenFile, before: int | None) -> None:
-        """Free buffers wholly before `before` (consumed), or all of them (a seek, a release)."""
+        """Free buffers wholly before `before` (consumed), or all of them (a seek, a release).
+
+        A buffer still arriving is never dropped as consumed: the kernel's readahead requests
+        run concurrently and finish out of order, so an earlier read may still be waiting for it
+        (cancelling it made that read, and the bytes, go to HDFS a second time). It is freed by
+        a later read once it has arrived.
+        """
         keep = []
         for chunk in handle.chunks:
-            if before is not None and chunk.end > before:
+            if before is not None and (chunk.end > before or not chunk.done.is_set()):
                 keep.append(chunk)
                 continue
             chunk.cancel.cancel()

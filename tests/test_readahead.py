@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hdfsfuse.readahead import Decision, ReadaheadBudget, ReadaheadPlanner
+from hdfsfuse.readahead import Decision, ReadaheadBudget, ReadaheadPlanner, max_window
 
 K = 1024
 M = 1024 * K
@@ -89,3 +89,66 @@ def test_budget() -> None:
     assert b.used == 4 * M and b.try_take(6 * M)
     with pytest.raises(AssertionError):
         b.give_back(11 * M)
+
+
+def test_an_erasure_coded_file_reads_ahead_once_per_data_unit() -> None:
+    assert max_window(4 * M, 1, 64 * M) == 4 * M  # replicated: the option as given
+    assert max_window(4 * M, 3, 64 * M) == 12 * M  # RS-3-2: each DataNode as long a read
+    assert max_window(4 * M, 6, 16 * M) == 16 * M  # never past the whole budget
+    assert max_window(0, 6, 64 * M) == 0  # readahead off stays off
+    planner = ReadaheadPlanner(max_window=max_window(4 * M, 3, 64 * M))
+    offset, prefetched = 0, []
+    while offset < 64 * M:  # a long sequential run: its prefetches grow to the striped cap
+        d = planner.plan(offset, M, 1 << 40)
+        if d.prefetch:
+            prefetched.append(d.prefetch[1])
+        offset += M
+    assert max(prefetched) > 4 * M and planner.window == 12 * M
+
+
+async def test_a_buffer_an_earlier_read_waits_for_is_not_dropped_by_a_later_one() -> None:
+    """The kernel's readahead reads run concurrently and finish out of order. A later read that
+    finishes first must not cancel the buffer an earlier read is still waiting for: that sent the
+    earlier read, and its bytes, to HDFS a second time (about 5% more bytes for `cat`)."""
+    from types import SimpleNamespace
+
+    import trio
+
+    from hdfsfuse.fs import HdfsOperations, _Chunk, _OpenFile
+    from hdfsfuse.options import MountOptions
+    from hdfsfuse.stats import Stats
+
+    arrive = trio.Event()
+    fetched: list[tuple[int, int]] = []
+
+    async def fetch_range(file: object, offset: int, length: int, inline_tried: bool = False) -> bytes:
+        fetched.append((offset, length))
+        if (offset, length) == (0, M):  # the first buffer: still arriving
+            await arrive.wait()
+        return bytes([offset // M]) * length
+
+    client = SimpleNamespace(namenode=None, stats=Stats(), credentials=None, fetch_range=fetch_range,
+                             read_now=lambda file, offset, length: None)
+    async with trio.open_nursery() as nursery:
+        ops = HdfsOperations(client, "/", MountOptions(), "/mnt", nursery)  # type: ignore[arg-type]
+        file = SimpleNamespace(under_construction=False, length=FILE, path="/f")
+        handle = ops._files[7] = _OpenFile(2, file, planner())  # type: ignore[arg-type]
+        handle.planner.plan(0, 1, FILE)  # a sequential run from offset 0...
+        handle.planner.frontier = 2 * M  # ...with two buffers ahead of it
+        for offset in (0, M):
+            assert ops.budget.try_take(M)
+            chunk = _Chunk(offset, M)
+            handle.chunks.append(chunk)
+            nursery.start_soon(ops._prefetch, file, chunk)
+        await trio.testing.wait_all_tasks_blocked()
+        got: dict[int, bytes] = {}
+
+        async def read(offset: int) -> None:
+            got[offset] = await ops.read(7, offset, M // 2)
+
+        nursery.start_soon(read, 0)  # waits for the first buffer
+        await trio.testing.wait_all_tasks_blocked()
+        await read(M)  # served by the second buffer, which has arrived; finishes first
+        arrive.set()
+    assert got == {0: bytes(M // 2), M: bytes([1]) * (M // 2)}
+    assert sorted(fetched) == [(0, M), (M, M)]  # the two buffers, and nothing fetched a second time
