@@ -698,10 +698,17 @@ def why_missed(report: dict) -> list[str]:  # type: ignore[type-arg]
 
     def busiest(name: str) -> str:
         p = profiles.get(name)
-        if p is None or not p.busy:
+        if p is None or not p.busy or not p.functions:
             return ""
         return "; busiest hdfsfuse functions: " + ", ".join(
             f"{f.split(' (')[0]} {n / p.busy * 100:.1f}%" for f, n in list(p.functions.items())[:5])
+
+    def split(r: dict) -> str:  # type: ignore[type-arg]
+        return f"{wall(r):,.0f} us: {per_op(r):,.0f} CPU and {wall(r) - per_op(r):,.0f} waiting"
+
+    def profiled(whose: str, name: str, us: float, unit: str = "us") -> str:
+        amount = f"{us:.2f} ms per MB" if unit == "ms" else f"{us:,.0f} us"
+        return f"{whose} {amount} (profile): {breakdown(name, us, unit)}{busiest(name)}."
 
     def runtime_us(name: str, us: float) -> float:
         p = profiles.get(name)
@@ -715,12 +722,11 @@ def why_missed(report: dict) -> list[str]:  # type: ignore[type-arg]
         explain["W1 mount"] = [
             f"One reader waits for every read: {wall(mount):,.0f} us each, of which {per_op(mount):,.0f} us are CPU "
             f"(the daemon {d:,.0f}, the reader {per_op(mount) - d:,.0f}) and {waiting:,.0f} us waiting (for the "
-            f"DataNode and the kernel's hand-offs, on the same cores). hdfs-native's read takes "
-            f"{wall(native):,.0f} us: {per_op(native):,.0f} CPU and {wall(native) - per_op(native):,.0f} waiting.",
+            f"DataNode and the kernel's hand-offs, on the same cores). hdfs-native's read takes {split(native)}.",
             f"With the same wait, 1.0x needs at most {wall(native) - waiting:,.0f} us of CPU per read; the daemon "
             f"alone spends {d:,.0f}, and a no-op pyfuse3 daemon (the floor) {f:,.0f}.",
-            f"The daemon's {d:,.0f} us (profile): {breakdown('W1 ' + MOUNT, d)}{busiest('W1 ' + MOUNT)}.",
-            f"The floor's daemon's {f:,.0f} us (profile): {breakdown('W1 ' + FLOOR, f)}.",
+            profiled("The daemon's", "W1 " + MOUNT, d),
+            profiled("The floor's daemon's", "W1 " + FLOOR, f),
         ]
         explain["CPU"] = [
             f"Of the daemon's {d:,.0f} us per read, {runtime_us('W1 ' + MOUNT, d):,.0f} are outside hdfsfuse's own "
@@ -730,12 +736,10 @@ def why_missed(report: dict) -> list[str]:  # type: ignore[type-arg]
     if lib and native:
         waiting = wall(lib) - per_op(lib)
         explain["W1 library"] = [
-            f"{wall(lib):,.0f} us per read: {per_op(lib):,.0f} CPU and {waiting:,.0f} waiting; hdfs-native "
-            f"{wall(native):,.0f}: {per_op(native):,.0f} CPU and {wall(native) - per_op(native):,.0f} waiting. "
+            f"The library's read takes {split(lib)}; hdfs-native's {split(native)}. "
             f"1.2x needs at most {wall(native) / 1.2:,.0f} us per read, so at most "
             f"{wall(native) / 1.2 - waiting:,.0f} us of CPU with the same wait.",
-            f"The library's {per_op(lib):,.0f} us (profile): {breakdown('W1 ' + LIBRARY, per_op(lib))}"
-            f"{busiest('W1 ' + LIBRARY)}."]
+            profiled("The library's", "W1 " + LIBRARY, per_op(lib))]
     w4m, w4n = row("W4", MOUNT), row("W4", NATIVE)
     if w4m and w4n and w4m.get("seconds"):
         d4 = per_op(w4m, "daemon_cpu_us_per_op")
@@ -758,8 +762,7 @@ def why_missed(report: dict) -> list[str]:  # type: ignore[type-arg]
             f"{ms_per_mb * w3g['mbps'] / 1e3:.2f} of a core, beside the DataNodes streaming on the same two cores.",
             f"One GIL both fetches (the library alone: {w3l['mbps']:,.0f} MB/s) and answers FUSE (the floor alone: "
             f"{w3f['mbps']:,.0f} MB/s); one after the other they allow about {ceiling:,.0f} MB/s.{overlap}",
-            f"The daemon's {ms_per_mb:.2f} ms per MB (profile): "
-            f"{breakdown('W3 ' + MOUNT, ms_per_mb, 'ms')}{busiest('W3 ' + MOUNT)}."]
+            profiled("The daemon's", "W3 " + MOUNT, ms_per_mb, "ms")]
     floors = extra.get("page_floor", {})
     mmap_probe = extra.get("shared_mmap", {})
     for w, key, what in (("W6", "wire_bytes", "wire"), ("W2", "bytes_read", "BytesRead")):
