@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hdfsfuse import dtp, dtp_sasl, sasl
+from hdfsfuse import dnsecurity, dtp, dtp_sasl, sasl
 from hdfsfuse.errors import HdfsError
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.wire import ProtocolError, delimited, read_delimited
@@ -19,6 +19,19 @@ Message = datatransfer_pb2.DataTransferEncryptorMessageProto
 CHALLENGE = (b'realm="0",nonce="bm9uY2Vub25jZW5vbmNlbm9uY2Vub25jZW5vbmNl",qop="auth-conf,auth-int,auth",'
              b'charset=utf-8,cipher="3des,rc4,des,rc4-56,rc4-40",algorithm=md5-sess')
 TOKEN = rpc_pb2.TokenProto(identifier=b"\x8a\x01ident", password=b"p" * 20, kind="HDFS_BLOCK_TOKEN")
+
+
+@pytest.mark.parametrize(("lifetime", "renewed_before_expiry"), [
+    (36_000.0, 60.0),  # Hadoop's default 600 minutes: a minute early
+    (600.0, 60.0),
+    (60.0, 6.0),  # dfs.block.access.token.lifetime=1: 90% into its life, not at once
+    (0.0, 0.0),  # already expired when it came: fetched again on the next handshake
+])
+def test_data_encryption_key_renewal_time(lifetime: float, renewed_before_expiry: float) -> None:
+    fetched_at = 1_700_000_000.0
+    expiry_ms = int((fetched_at + lifetime) * 1000)
+    expected = fetched_at + lifetime - renewed_before_expiry
+    assert dnsecurity.renewal_time(fetched_at, expiry_ms) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(("kerberos", "encrypt", "protection", "port", "kind"), [

@@ -145,6 +145,7 @@ class ClusterOptions:
     observer: bool = False  # an HA pair plus an observer NameNode (implies ha)
     observer_tail_period: str | None = None  # e.g. "2s": an observer that lags on purpose
     block_tokens: bool = False
+    block_token_lifetime: int | None = None  # minutes: block tokens and data-encryption keys (Hadoop: 600)
     permissions: bool = False
     datanode_hostname: str = "127.0.0.1"
     # A secure cluster: MiniKdc, Kerberos RPC, block tokens, HTTPS (see tests.minidfs.__main__).
@@ -177,6 +178,8 @@ class ClusterOptions:
         if self.observer_tail_period:
             args += ["--observer-tail-period", self.observer_tail_period]
         args += ["--block-tokens"] if self.block_tokens else []
+        if self.block_token_lifetime:
+            args += ["--block-token-lifetime", str(self.block_token_lifetime)]
         args += ["--permissions"] if self.permissions else []
         args += ["--datanode-hostname", self.datanode_hostname]
         args += ["--federation", str(self.federation)] if self.federation else []

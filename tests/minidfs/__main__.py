@@ -24,6 +24,8 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
     p.add_argument("--observer", action="store_true",
                    help="an HA pair plus one observer NameNode, with fast edit tailing (implies --ha)")
     p.add_argument("--block-tokens", action="store_true")
+    p.add_argument("--block-token-lifetime", metavar="MINUTES", type=int, default=None,
+                   help="block tokens and data-encryption keys expire after this (needs --block-tokens or --kerberos)")
     p.add_argument("--permissions", action="store_true")
     p.add_argument("--datanode-hostname", default="127.0.0.1")
     levels = "authentication|integrity|privacy"
@@ -52,10 +54,13 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
                    a.ticket_lifetime, a.proxy_user]
     if any(secure_only) and not a.kerberos:
         p.error("security options need --kerberos")
+    if a.block_token_lifetime is not None and (a.block_token_lifetime < 1 or not (a.block_tokens or a.kerberos)):
+        p.error("--block-token-lifetime takes minutes (1 or more) and needs --block-tokens or --kerberos")
     return ClusterOptions(
         datanodes=a.datanodes, block_size=a.block_size, replication=a.replication,
         checksum_type=a.checksum_type, bytes_per_checksum=a.bytes_per_checksum,
-        ha=a.ha or a.observer, observer=a.observer, block_tokens=a.block_tokens, permissions=a.permissions,
+        ha=a.ha or a.observer, observer=a.observer, block_tokens=a.block_tokens,
+        block_token_lifetime=a.block_token_lifetime, permissions=a.permissions,
         datanode_hostname=a.datanode_hostname, kerberos=a.kerberos, rpc_protection=a.rpc_protection,
         data_transfer_protection=a.data_transfer_protection, encrypt_data_transfer=a.encrypt_data_transfer,
         ticket_lifetime=a.ticket_lifetime, proxy_user=a.proxy_user, io_file_buffer_size=a.io_file_buffer_size,

@@ -75,6 +75,8 @@ public final class Main {
     boolean observer = false;  // with ha: a third NameNode, an observer (HDFS-12943)
     String tailPeriod = "10ms";  // how often the observer applies the active's edits
     boolean blockTokens = false;
+    // Minutes a block token and a data-encryption key stay valid (Hadoop's default is 600).
+    long blockTokenLifetime = 0;
     boolean permissions = false;
     String baseDir = "target/minidfs";
     String datanodeHostname = "127.0.0.1";
@@ -110,6 +112,7 @@ public final class Main {
           case "--observer": o.ha = true; o.observer = true; break;
           case "--observer-tail-period": o.tailPeriod = v; i++; break;
           case "--block-tokens": o.blockTokens = true; break;
+          case "--block-token-lifetime": o.blockTokenLifetime = Long.parseLong(v); i++; break;
           case "--permissions": o.permissions = true; break;
           case "--resource-dir": o.resourceDir = v; i++; break;
           case "--kerberos": o.kerberos = true; break;
@@ -135,6 +138,10 @@ public final class Main {
       }
       if (o.ticketLifetime < 0 || (o.ticketLifetime > 0 && o.ticketLifetime < 10)) {
         throw new IllegalArgumentException("--ticket-lifetime must be at least 10 seconds");
+      }
+      if (o.blockTokenLifetime < 0 || (o.blockTokenLifetime > 0 && !o.blockTokens && !o.kerberos)) {
+        throw new IllegalArgumentException("--block-token-lifetime takes minutes (1 or more) and needs"
+            + " --block-tokens or --kerberos");
       }
       if (o.router && o.federation == 0) {
         o.federation = 2;
@@ -209,6 +216,9 @@ public final class Main {
     conf.setInt("dfs.bytes-per-checksum", opts.bytesPerChecksum);
     conf.setInt("dfs.datanode.scan.period.hours", -1);
     conf.setBoolean("dfs.block.access.token.enable", opts.blockTokens);
+    if (opts.blockTokenLifetime > 0) {
+      conf.setLong("dfs.block.access.token.lifetime", opts.blockTokenLifetime);
+    }
     conf.setBoolean("dfs.permissions.enabled", opts.permissions);
     conf.setInt("dfs.safemode.extension", 0);
     conf.setInt("dfs.namenode.safemode.extension", 0);
