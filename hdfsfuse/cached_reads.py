@@ -1,5 +1,6 @@
 """Reads through the persistent block cache, over trio (the cache itself is `hdfsfuse.blockcache`).
 
+    read_now(block, offset, length)    the hot path: a small hit in memory, inline, or None
     read(key, offset, length, fetch)
       -> cache lookup: verified bytes, or a miss
       -> miss: one fetch per (block, range) at a time; readers of the same range wait for it
@@ -23,6 +24,7 @@ from hdfsfuse import dtp
 from hdfsfuse.blockcache import BlockCache, BlockKey, CacheCorrupt
 from hdfsfuse.local_io_threads import LocalIoThreads
 from hdfsfuse.localio import WouldBlock
+from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.stats import Stats
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,26 @@ class CachedReads:
         self._local_io = local_io  # lookups: latency counts
         self._threads = trio.CapacityLimiter(4)  # stores and rescans: in the background
         self._pending = 0  # bytes waiting to be stored
+
+    def read_now(self, block: hdfs_pb2.ExtendedBlockProto, offset: int, length: int) -> bytes | bytearray | None:
+        """A small read of a finalized block that the cache holds in files already open and the
+        kernel holds in memory: looked up inline, with no await and no thread hop. None sends
+        the caller to `read` (a miss, a disk to wait for, a corrupt entry), which handles it."""
+        if length > NOWAIT_MAX:
+            return None
+        key = BlockKey(block.poolId, block.blockId, block.generationStamp)
+        try:
+            data = self.cache.read(key, block.numBytes, offset, length, nowait=True)
+        except WouldBlock:
+            return None
+        except CacheCorrupt:
+            self._sync_counters()
+            return None
+        if data is None:
+            return None
+        self.stats.cache_hits["block_cache"] += 1
+        self.stats.block_cache_served_bytes += len(data)
+        return data
 
     async def read(self, key: BlockKey, block_length: int, offset: int, length: int, fetch: Fetch,
                    still_current: Callable[[], bool]) -> bytes | bytearray | None:

@@ -549,13 +549,19 @@ class HdfsClient:
         return result
 
     def read_now(self, file: HdfsFile, offset: int, n: int) -> bytes | bytearray | None:
-        """A small read of a block a local replica's open files served before (short-circuit),
-        done inline with no wait, or None: read it the usual way."""
-        if self.short_circuit is None or file.ec_policy is not None:
+        """A small read of a finalized block done inline with no wait, from bytes already in
+        memory: the block cache's files first (as `_read_piece` asks it first), then the files
+        of a local replica that served this block before (short-circuit). None: read it the
+        usual way."""
+        if file.ec_policy is not None or (self.cached is None and self.short_circuit is None):
             return None
         block = file.map.holding(offset, n)
         if block is None or not file.finalized(block.offset):
             return None
+        if self.cached is not None:
+            data = self.cached.read_now(block.b, offset - block.offset, n)
+            if data is not None or self.short_circuit is None:
+                return data
         return self.short_circuit.read_now(block.b, offset - block.offset, n)
 
     async def _fill_gaps(self, file: HdfsFile, offset: int, n: int) -> None:

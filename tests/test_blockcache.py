@@ -252,3 +252,42 @@ def test_a_lookup_that_waits_for_the_disk_reads_in_the_blocks_checksums(tmp_path
     wait_until_resident(path, [*meta, data_page])  # the checksums, the flags and the data asked for
     assert not resident_pages(path)[far_data]
     assert cache.read(KEY, len(big), 300 * BPC + 7, 100, nowait=True) == big[300 * BPC + 7 : 300 * BPC + 107]
+
+
+def test_inline_lookups_serve_hits_in_memory_and_leave_the_rest_to_the_usual_path(tmp_path: Path) -> None:
+    """`CachedReads.read_now`, the mount's hot path: a small hit of an open block whose bytes
+    are in memory is served (and counted) inline; anything else is None, for `read` to handle,
+    and a corrupt entry is dropped and counted on the way."""
+    from hdfsfuse.cached_reads import NOWAIT_MAX, CachedReads
+    from hdfsfuse.proto import hdfs_pb2
+    from hdfsfuse.stats import Stats
+
+    cache = _cache(tmp_path)
+    stats = Stats()
+    reads = CachedReads(cache, stats, nursery=None, local_io=None)  # type: ignore[arg-type]  # read_now uses neither
+    block = hdfs_pb2.ExtendedBlockProto(poolId=KEY.pool, blockId=KEY.block_id, generationStamp=KEY.generation_stamp,
+                                        numBytes=len(BLOCK))
+    _store(cache, 0, 6)
+    assert reads.read_now(block, 100, 1000) is None  # stored, but not open: opening is a thread's
+    assert cache.read(KEY, len(BLOCK), 0, 1) == BLOCK[:1]  # now it is open
+    assert reads.read_now(block, 100, 1000) == BLOCK[100:1100]
+    assert reads.read_now(block, 5 * BPC, BPC + 1) is None  # one byte into chunk 6, which is not stored
+    newer = hdfs_pb2.ExtendedBlockProto(poolId=KEY.pool, blockId=KEY.block_id, generationStamp=KEY.generation_stamp + 1,
+                                        numBytes=len(BLOCK))
+    assert reads.read_now(newer, 100, 1000) is None  # an append's new stamp: another block
+    assert stats.cache_hits["block_cache"] == 1 and stats.block_cache_served_bytes == 1000
+    big = BlockKey(KEY.pool, 7, 1)
+    big_block = bytes(range(256)) * (NOWAIT_MAX // 256 + 4)
+    _store(cache, 0, len(big_block) // BPC, key=big, block=big_block)
+    assert cache.read(big, len(big_block), 0, 1) == big_block[:1]
+    assert reads.read_now(hdfs_pb2.ExtendedBlockProto(poolId=big.pool, blockId=7, generationStamp=1,
+                                                      numBytes=len(big_block)), 0, NOWAIT_MAX + 1) is None
+    assert stats.cache_hits["block_cache"] == 1  # larger lookups verify in a thread
+    assert cache.read(KEY, len(BLOCK), 0, 1) == BLOCK[:1]  # (the miss above closed it: reopened in a thread)
+    f = _file(tmp_path)
+    raw = bytearray(f.read_bytes())
+    raw[DATA_AT + 2 * BPC + 9] ^= 0x01
+    f.write_bytes(raw)
+    assert reads.read_now(block, 2 * BPC, 100) is None
+    assert stats.block_cache_corrupt == 1 and not f.exists()
+    assert stats.cache_hits["block_cache"] == 1
