@@ -8,7 +8,7 @@
 
 The trio loop only reads cache files that are open already, and only bytes the kernel holds in
 memory (RWF_NOWAIT: it cannot wait for a disk); everything else runs in worker threads. A
-`read_now` that finds its bytes on disk only has asked the kernel to read them in; `read`, reached
+`read_now` whose bytes are only on disk has asked the kernel to read them in; `read`, reached
 after the caller's awaits, tries memory once more before a thread, and found them there in 41-92%
 of cold lookups (seven rounds on this machine's disk; a thread hop costs more CPU than that). Stores
 that fall behind are dropped, not queued without bound: a cache is an optimisation, and a read
