@@ -30,8 +30,9 @@ TOKEN = rpc_pb2.TokenProto(identifier=b"\x8a\x01ident", password=b"p" * 20, kind
 def test_data_encryption_key_renewal_time(lifetime: float, renewed_before_expiry: float) -> None:
     fetched_at = 1_700_000_000.0
     expiry_ms = int((fetched_at + lifetime) * 1000)
-    expected = fetched_at + lifetime - renewed_before_expiry
-    assert dnsecurity.renewal_time(fetched_at, expiry_ms) == pytest.approx(expected)
+    # Seconds after the fetch (an approx of epoch seconds would allow some 1,700 s of slack).
+    after_fetch = dnsecurity.renewal_time(fetched_at, expiry_ms) - fetched_at
+    assert after_fetch == pytest.approx(lifetime - renewed_before_expiry, abs=1e-3)
 
 
 @pytest.mark.parametrize(("kerberos", "encrypt", "protection", "port", "kind"), [
