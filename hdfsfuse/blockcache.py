@@ -217,12 +217,14 @@ class BlockCache:
     # ----- lookups --------------------------------------------------------------------------------
 
     def read(self, key: BlockKey, block_length: int, offset: int, length: int, *,
-             nowait: bool = False) -> bytes | bytearray | None:
+             nowait: bool = False, reopen_on_miss: bool = True) -> bytes | bytearray | None:
         """Exactly [offset, offset+length) of a block, verified, or None when not all cached.
 
         Raises CacheCorrupt (after dropping the block) when stored bytes fail verification.
         `nowait`: only from files already open and bytes already in the kernel's page cache
         (RWF_NOWAIT), so the caller's thread never waits for a disk; raises WouldBlock otherwise.
+        `reopen_on_miss`: a miss closes the block's files, so the next lookup opens its path again
+        (another mount may have replaced the file); False for a lookup that another one follows.
         """
         try:
             block = self._acquire(key, block_length, open_files=not nowait)
@@ -241,7 +243,8 @@ class BlockCache:
                     _read_in(block, data_at + start, end - start)
                 flags = (pread_nowait if nowait else os.pread)(block.fd, count, flags_at + first)
                 if flags.count(_PRESENT) != count:
-                    self._forget(key)  # another mount may have replaced the file: reopen next time
+                    if reopen_on_miss:
+                        self._forget(key)  # another mount may have replaced the file: reopen next time
                     return None
                 if count >= SEQUENTIAL_CHUNKS and end < block_length:
                     # A readahead-sized lookup: a sequential reader. Have the kernel read the next

@@ -60,12 +60,13 @@ class CachedReads:
     def read_now(self, block: hdfs_pb2.ExtendedBlockProto, offset: int, length: int) -> bytes | bytearray | None:
         """A small read of a finalized block that the cache holds in files already open and the
         kernel holds in memory: looked up inline, with no await and no thread hop. None sends
-        the caller to `read` (a miss, a disk to wait for, a corrupt entry), which handles it."""
+        the caller to `read` (a miss, a disk to wait for, a corrupt entry), which handles it,
+        and which reopens the block's files after a miss (so this lookup leaves them open)."""
         if length > NOWAIT_MAX:
             return None
         key = BlockKey(block.poolId, block.blockId, block.generationStamp)
         try:
-            data = self.cache.read(key, block.numBytes, offset, length, nowait=True)
+            data = self.cache.read(key, block.numBytes, offset, length, nowait=True, reopen_on_miss=False)
         except WouldBlock:
             return None
         except CacheCorrupt:

@@ -558,11 +558,11 @@ class HdfsClient:
         block = file.map.holding(offset, n)
         if block is None or not file.finalized(block.offset):
             return None
-        if self.cached is not None:
-            data = self.cached.read_now(block.b, offset - block.offset, n)
-            if data is not None or self.short_circuit is None:
-                return data
-        return self.short_circuit.read_now(block.b, offset - block.offset, n)
+        at = offset - block.offset
+        data = self.cached.read_now(block.b, at, n) if self.cached is not None else None
+        if data is None and self.short_circuit is not None:
+            data = self.short_circuit.read_now(block.b, at, n)
+        return data
 
     async def _fill_gaps(self, file: HdfsFile, offset: int, n: int) -> None:
         """Fetch location windows until [offset, offset+n) is known (each window moves forward)."""
