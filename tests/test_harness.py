@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -106,9 +107,15 @@ def test_stop_and_restart_datanode(fresh_cluster) -> None:  # type: ignore[no-un
     c: MiniDfs = fresh_cluster(datanodes=2)
     data = c.put_bytes(random_bytes(100_000, seed=5), "/s", replication=2)
     xfer = c.datanodes[0]["xfer"]
+    ports = [int(c.datanodes[0][kind].rsplit(":", 1)[1]) for kind in ("xfer", "ipc")]
     c.stop_datanode(xfer)
     with pytest.raises(MiniDfsError, match="no running DataNode"):
         c.stop_datanode(xfer)
+    # The stopped DataNode's ports stay bound, so no connection's kernel-chosen local port can
+    # take one and make the restart fail with "Address already in use".
+    for port in ports:
+        with socket.socket() as s, pytest.raises(OSError, match="Address already in use"):
+            s.bind(("127.0.0.1", port))
     assert xfer not in c.metrics()
     assert c.sha256("/s") == hashlib.sha256(data).hexdigest()  # served by the other replica
     c.restart_datanode(xfer)

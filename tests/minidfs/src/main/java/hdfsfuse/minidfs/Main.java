@@ -62,7 +62,7 @@ public final class Main {
   // The namespace of the command being served: the scheme and authority of its path, when it
   // names one (hdfs://ns1/x, or a Router's address), else the default file system.
   private String commandFs;
-  private final Map<String, MiniDFSCluster.DataNodeProperties> stopped = new HashMap<>();
+  private final Map<String, StoppedDataNode> stopped = new HashMap<>();
   private final Map<String, FSDataOutputStream> openWriters = new HashMap<>();
 
   static final class Options {
@@ -634,21 +634,17 @@ public final class Main {
       case "stop_datanode": {
         // By address, or by the DataNode holding an internal block of a striped group.
         String xfer = cmd.has("xfer") ? text(cmd, "xfer") : internalBlockHolder(cmd);
-        MiniDFSCluster.DataNodeProperties p = cluster.stopDataNode(xfer);
-        if (p == null) {
-          throw new IllegalArgumentException("no running DataNode at " + xfer);
-        }
-        stopped.put(xfer, p);
+        stopped.put(xfer, stopKeepingPorts(dataNodeIndex(xfer)));
         r.put("xfer", xfer);
         break;
       }
       case "restart_datanode": {
         String xfer = text(cmd, "xfer");
-        MiniDFSCluster.DataNodeProperties p = stopped.remove(xfer);
-        if (p == null) {
+        StoppedDataNode s = stopped.remove(xfer);
+        if (s == null) {
           throw new IllegalArgumentException("no stopped DataNode at " + xfer);
         }
-        cluster.restartDataNode(p, true);
+        s.restart();
         // Wait for this DataNode only: waitActive() would wait for the NameNode to count the
         // running DataNodes, which never happens while another one is stopped (the NameNode
         // still lists a stopped DataNode until its heartbeats expire).
@@ -1015,17 +1011,61 @@ public final class Main {
     if (opts.domainSocketDir == null) {
       throw new IllegalStateException("set_short_circuit needs a --short-circuit cluster");
     }
-    int index = dataNodeIndex(xfer);
-    MiniDFSCluster.DataNodeProperties p = cluster.stopDataNode(index);
+    StoppedDataNode s = stopKeepingPorts(dataNodeIndex(xfer));
     java.lang.reflect.Field confField = MiniDFSCluster.DataNodeProperties.class.getDeclaredField("conf");
     confField.setAccessible(true);
-    Configuration dnConf = (Configuration) confField.get(p);
+    Configuration dnConf = (Configuration) confField.get(s.props);
     dnConf.setBoolean("dfs.client.read.shortcircuit", enabled);
     // Without either key the DataNode would not open its domain socket at all.
     dnConf.setBoolean("dfs.client.domain.socket.data.traffic", !enabled);
-    cluster.restartDataNode(p, true);
+    s.restart();
     cluster.waitDatanodeFullyStarted(cluster.getDataNodes().get(dataNodeIndex(xfer)), 60_000);
     r.put("xfer", xfer);
+  }
+
+  /**
+   * A stopped DataNode, and sockets bound (never listening) on the transfer and IPC ports it
+   * restarts on. While it is down nothing else may take those ports: the kernel could otherwise
+   * give one to an outgoing connection (the mount's, a client's, another DataNode's) as its local
+   * port, and the restart would fail with "Address already in use". The kernel never picks a
+   * bound port for a connect. These sockets and the DataNode's listeners all set SO_REUSEADDR and
+   * these never listen, so the DataNode binds over them; they are closed once it is up.
+   */
+  private final class StoppedDataNode {
+    final MiniDFSCluster.DataNodeProperties props;
+    private final List<java.net.Socket> held = new java.util.ArrayList<>();
+
+    StoppedDataNode(MiniDFSCluster.DataNodeProperties props, int... ports) throws java.io.IOException {
+      this.props = props;
+      for (int port : ports) {
+        java.net.Socket s = new java.net.Socket();
+        s.setReuseAddress(true);
+        try {
+          s.bind(new java.net.InetSocketAddress("127.0.0.1", port));
+          held.add(s);
+        } catch (java.io.IOException e) {
+          s.close();  // taken in the moment since the stop: the restart may still find it free
+          System.err.println("could not hold port " + port + " of a stopped DataNode: " + e);
+        }
+      }
+    }
+
+    void restart() throws java.io.IOException {
+      try {
+        cluster.restartDataNode(props, true);
+      } finally {
+        for (java.net.Socket s : held) {
+          s.close();
+        }
+      }
+    }
+  }
+
+  private StoppedDataNode stopKeepingPorts(int index) throws java.io.IOException {
+    DataNode dn = cluster.getDataNodes().get(index);
+    int xferPort = dn.getXferPort();
+    int ipcPort = dn.getIpcPort();
+    return new StoppedDataNode(cluster.stopDataNode(index), xferPort, ipcPort);
   }
 
   private int dataNodeIndex(String xfer) {
