@@ -634,7 +634,7 @@ public final class Main {
       case "stop_datanode": {
         // By address, or by the DataNode holding an internal block of a striped group.
         String xfer = cmd.has("xfer") ? text(cmd, "xfer") : internalBlockHolder(cmd);
-        stopped.put(xfer, stopKeepingPorts(dataNodeIndex(xfer)));
+        stopped.put(xfer, new StoppedDataNode(dataNodeIndex(xfer)));
         r.put("xfer", xfer);
         break;
       }
@@ -667,7 +667,7 @@ public final class Main {
       case "nn_metrics": nnMetrics(r); break;
       case "restart_namenode": {
         int nn = cmd.has("index") ? cmd.get("index").asInt() : activeNameNode();
-        cluster.restartNameNode(nn, true);
+        restartNameNode(nn);
         if (opts.ha) {
           cluster.transitionToActive(nn);
         }
@@ -1011,7 +1011,7 @@ public final class Main {
     if (opts.domainSocketDir == null) {
       throw new IllegalStateException("set_short_circuit needs a --short-circuit cluster");
     }
-    StoppedDataNode s = stopKeepingPorts(dataNodeIndex(xfer));
+    StoppedDataNode s = new StoppedDataNode(dataNodeIndex(xfer));
     java.lang.reflect.Field confField = MiniDFSCluster.DataNodeProperties.class.getDeclaredField("conf");
     confField.setAccessible(true);
     Configuration dnConf = (Configuration) confField.get(s.props);
@@ -1024,20 +1024,21 @@ public final class Main {
   }
 
   /**
-   * A stopped DataNode, and sockets bound (never listening) on the transfer and IPC ports it
-   * restarts on. While it is down nothing else may take those ports: the kernel could otherwise
-   * give one to an outgoing connection (the mount's, a client's, another DataNode's) as its local
-   * port, and the restart would fail with "Address already in use". The kernel never picks a
-   * bound port for a connect. These sockets and the DataNode's listeners all set SO_REUSEADDR and
-   * these never listen, so the DataNode binds over them; they are closed once it is up.
+   * Sockets bound (never listening) on the ports a stopped server restarts on. While it is down
+   * nothing else may take those ports: the kernel could otherwise give one to an outgoing
+   * connection (the mount's, a client's, a DataNode's) as its local port, and the restart would
+   * fail with "Address already in use". The kernel never picks a bound port for a connect. These
+   * sockets and Hadoop's listeners all set SO_REUSEADDR and these never listen, so the server
+   * binds over them; they are closed once it is up.
    */
-  private final class StoppedDataNode {
-    final MiniDFSCluster.DataNodeProperties props;
+  private static final class HeldPorts implements AutoCloseable {
     private final List<java.net.Socket> held = new java.util.ArrayList<>();
 
-    StoppedDataNode(MiniDFSCluster.DataNodeProperties props, int... ports) throws java.io.IOException {
-      this.props = props;
+    HeldPorts(int... ports) throws java.io.IOException {
       for (int port : ports) {
+        if (port <= 0) {
+          continue;
+        }
         java.net.Socket s = new java.net.Socket();
         s.setReuseAddress(true);
         try {
@@ -1045,27 +1046,49 @@ public final class Main {
           held.add(s);
         } catch (java.io.IOException e) {
           s.close();  // taken in the moment since the stop: the restart may still find it free
-          System.err.println("could not hold port " + port + " of a stopped DataNode: " + e);
+          System.err.println("could not hold port " + port + " of a stopped server: " + e);
         }
       }
     }
 
-    void restart() throws java.io.IOException {
-      try {
-        cluster.restartDataNode(props, true);
-      } finally {
-        for (java.net.Socket s : held) {
-          s.close();
-        }
+    @Override
+    public void close() throws java.io.IOException {
+      for (java.net.Socket s : held) {
+        s.close();
       }
     }
   }
 
-  private StoppedDataNode stopKeepingPorts(int index) throws java.io.IOException {
-    DataNode dn = cluster.getDataNodes().get(index);
-    int xferPort = dn.getXferPort();
-    int ipcPort = dn.getIpcPort();
-    return new StoppedDataNode(cluster.stopDataNode(index), xferPort, ipcPort);
+  /** A stopped DataNode, holding its transfer and IPC ports until it restarts on them. */
+  private final class StoppedDataNode {
+    final MiniDFSCluster.DataNodeProperties props;
+    private final HeldPorts ports;
+
+    StoppedDataNode(int index) throws java.io.IOException {
+      DataNode dn = cluster.getDataNodes().get(index);
+      int xferPort = dn.getXferPort();
+      int ipcPort = dn.getIpcPort();
+      props = cluster.stopDataNode(index);
+      ports = new HeldPorts(xferPort, ipcPort);
+    }
+
+    void restart() throws java.io.IOException {
+      try (HeldPorts held = ports) {
+        cluster.restartDataNode(props, true);
+      }
+    }
+  }
+
+  /** Restart one NameNode on its ports, holding them while it is down. */
+  private void restartNameNode(int nn) throws java.io.IOException {
+    NameNode node = cluster.getNameNode(nn);
+    int rpc = node.getNameNodeAddress().getPort();
+    int http = node.getHttpAddress() != null ? node.getHttpAddress().getPort() : 0;
+    int https = node.getHttpsAddress() != null ? node.getHttpsAddress().getPort() : 0;
+    cluster.shutdownNameNode(nn);
+    try (HeldPorts held = new HeldPorts(rpc, http, https)) {
+      cluster.restartNameNode(nn, true);
+    }
   }
 
   private int dataNodeIndex(String xfer) {
