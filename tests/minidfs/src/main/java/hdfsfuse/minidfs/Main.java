@@ -1079,14 +1079,14 @@ public final class Main {
     }
   }
 
-  /** Restart one NameNode on its ports, holding them while it is down. */
+  /** Restart one NameNode on its ports (client and service RPC, HTTP), holding them while it is down. */
   private void restartNameNode(int nn) throws java.io.IOException {
     NameNode node = cluster.getNameNode(nn);
-    int rpc = node.getNameNodeAddress().getPort();
-    int http = node.getHttpAddress() != null ? node.getHttpAddress().getPort() : 0;
-    int https = node.getHttpsAddress() != null ? node.getHttpsAddress().getPort() : 0;
+    int[] ports = java.util.stream.Stream.of(node.getNameNodeAddress(), node.getServiceRpcAddress(),
+            node.getHttpAddress(), node.getHttpsAddress())
+        .filter(java.util.Objects::nonNull).mapToInt(java.net.InetSocketAddress::getPort).distinct().toArray();
     cluster.shutdownNameNode(nn);
-    try (HeldPorts held = new HeldPorts(rpc, http, https)) {
+    try (HeldPorts held = new HeldPorts(ports)) {
       cluster.restartNameNode(nn, true);
     }
   }
