@@ -31,6 +31,7 @@ from hdfsfuse.datanode import Timeouts
 from hdfsfuse.errors import ConfigError
 from hdfsfuse.fs import HdfsOperations
 from hdfsfuse.live_invalidation import LiveInvalidation
+from hdfsfuse.local_io_threads import shorten_switch_interval
 from hdfsfuse.options import MountOptions
 from hdfsfuse.security import SecurityOptions
 from hdfsfuse.stats import Stats, prometheus
@@ -165,6 +166,7 @@ async def run_mount(
 ) -> None:
     """Mount, serve until told to stop, unmount. Raises before mounting if anything is wrong."""
     keep_read_buffers()
+    shorten_switch_interval()
     stats = Stats()
     async with HdfsClient.open_target(target, options=client_options(options), stats=stats) as client:
         check_identity(options, client)
