@@ -274,6 +274,9 @@ def test_harness_ec_commands_over_json_lines(rs32) -> None:  # type: ignore[no-u
     assert again == {"ok": True, "name": "RS-3-2-64k"}  # the same schema and cell: the same policy
     assert c.command("set_ec_policy", path="/ec-builtin", policy="RS-3-2-1024k") == {"ok": True}
     c.put_bytes(random_bytes(MiB + 5, seed=144), "/ec-builtin/f")
+    # Each DataNode reports its internal block to the NameNode in the background after the close.
+    wait_until(lambda: len(c.command("blocks", path="/ec-builtin/f")["blocks"][0]["internal"]) == 4,
+               "every stored internal block reported")
     reply = c.command("blocks", path="/ec-builtin/f")
     assert reply["ec_policy"] == "RS-3-2-1024k"
     (group,) = reply["blocks"]
