@@ -37,7 +37,7 @@ from hdfsfuse.inodes import ROOT_INODE, Entry, InodeTable
 from hdfsfuse.namenode import FileStatus, NameNodeClient
 from hdfsfuse.options import MountOptions
 from hdfsfuse.proto import hdfs_pb2
-from hdfsfuse.readahead import ReadaheadBudget, ReadaheadPlanner, max_window
+from hdfsfuse.readahead import ReadaheadBudget, ReadaheadPlanner, max_window, prefetch_pieces
 from hdfsfuse.stats import snapshot
 from hdfsfuse.viewfs import ViewNameNode
 from hdfsfuse.wire import ProtocolError
@@ -665,9 +665,12 @@ class HdfsOperations(pyfuse3.Operations):
             log.debug("%s: readahead budget exhausted; skipping a %d-byte prefetch", handle.file.path, length)
             handle.planner.frontier = offset  # let a later read try again
             return
-        chunk = _Chunk(offset, length)
-        handle.chunks.append(chunk)
-        self._nursery.start_soon(self._prefetch, handle.file, chunk)
+        # A striped file's prefetch fans out over its data units already: one read.
+        parts = [(offset, length)] if handle.file.ec_policy is not None else prefetch_pieces(offset, length)
+        for start, n in parts:
+            chunk = _Chunk(start, n)
+            handle.chunks.append(chunk)
+            self._nursery.start_soon(self._prefetch, handle.file, chunk)
 
     async def _prefetch(self, file: HdfsFile, chunk: _Chunk) -> None:
         """A background read: whatever it raises is logged here; its reads then go to HDFS directly."""

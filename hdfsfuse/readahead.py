@@ -74,6 +74,32 @@ class ReadaheadPlanner:
         return Decision(offset, length, prefetch, True)
 
 
+PIECE = 2048 * KiB
+
+
+def prefetch_pieces(offset: int, length: int, piece: int = PIECE) -> list[tuple[int, int]]:
+    """A replicated file's prefetch as (offset, length) reads that run concurrently: cut at
+    file offsets that are multiples of `piece`, so the kernel's 1 MiB readahead requests each
+    fall inside one of them (no join).
+
+    Each read is answered on its own (a local replica's pread in its own worker thread, a
+    DataNode's READ_BLOCK on its own pooled connection), so several are in flight while the
+    reader consumes the first. Measured (a 1 GiB file, 128 MiB blocks, read cold through the
+    mount from short-circuit replicas, the bench's W3 referee, two runs of four interleaved
+    rounds): one read per prefetch under the former 4 MiB cap, 463 and 503 MB/s; 2 MiB pieces
+    under an 8 MiB cap (the default now), 566 and 557; 2 MiB pieces under a 4 MiB cap, 494
+    (too few in flight). Over TCP from the DataNodes, in a run of its own: 345 (one read, 4 MiB)
+    against 348 (pieces, 8 MiB), within the spread.
+    """
+    out = []
+    end = offset + length
+    while offset < end:
+        stop = min(end, (offset // piece + 1) * piece)
+        out.append((offset, stop - offset))
+        offset = stop
+    return out
+
+
 def max_window(readahead_max: int, data_units: int, budget: int) -> int:
     """A file's readahead cap: `readahead_max`, times the data units an erasure-coded file's
     reads fan out over (each unit's DataNode then gets as long a read as a replicated file's

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import itertools
 
-from hdfsfuse.readahead import Decision, ReadaheadBudget, ReadaheadPlanner, max_window
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hdfsfuse.readahead import PIECE, Decision, ReadaheadBudget, ReadaheadPlanner, max_window, prefetch_pieces
 
 K = 1024
 M = 1024 * K
@@ -152,3 +156,62 @@ async def test_a_buffer_an_earlier_read_waits_for_is_not_dropped_by_a_later_one(
         arrive.set()
     assert got == {0: bytes(M // 2), M: bytes([1]) * (M // 2)}
     assert sorted(fetched) == [(0, M), (M, M)]  # the two buffers, and nothing fetched a second time
+
+
+def test_a_prefetch_is_cut_at_piece_boundaries() -> None:
+    assert prefetch_pieces(5 * M, 8 * M) == [(5 * M, M), (6 * M, 2 * M), (8 * M, 2 * M), (10 * M, 2 * M),
+                                             (12 * M, M)]
+    assert prefetch_pieces(4 * M, 2 * M) == [(4 * M, 2 * M)]  # one piece: one read
+    assert prefetch_pieces(3 * M + 7, 100) == [(3 * M + 7, 100)]
+    assert PIECE == 2 * M
+
+
+@given(st.integers(0, 1 << 40), st.integers(1, 16 * M), st.integers(64 * K, 8 * M))
+def test_pieces_cover_the_prefetch_exactly(offset: int, length: int, piece: int) -> None:
+    parts = prefetch_pieces(offset, length, piece)
+    assert parts[0][0] == offset and sum(n for _, n in parts) == length
+    for (a, n), (b, _) in itertools.pairwise(parts):
+        assert a + n == b and b % piece == 0  # contiguous, cut only at multiples of the piece
+    assert all(0 < n <= piece for _, n in parts)
+
+
+async def test_a_replicated_files_prefetch_runs_as_concurrent_pieces() -> None:
+    """The mount fetches a replicated file's window as 2 MiB reads, all in flight at once
+    (a striped file's as one read: its planner fans it out over the data units)."""
+    from types import SimpleNamespace
+
+    import trio
+
+    from hdfsfuse.fs import HdfsOperations, _OpenFile
+    from hdfsfuse.options import MountOptions
+    from hdfsfuse.stats import Stats
+
+    release = trio.Event()
+    in_flight: list[tuple[int, int]] = []
+
+    async def fetch_range(file: object, offset: int, length: int, inline_tried: bool = False) -> bytes:
+        in_flight.append((offset, length))
+        await release.wait()
+        return bytes([offset // M % 251]) * length
+
+    client = SimpleNamespace(namenode=None, stats=Stats(), credentials=None, fetch_range=fetch_range,
+                             read_now=lambda file, offset, length: None)
+    pieces = [(5 * M, M), (6 * M, 2 * M), (8 * M, 2 * M), (10 * M, 2 * M), (12 * M, M)]
+    for ec_policy, expected, across in ((None, pieces, bytes([6]) * (2 * M - 5) + bytes([8]) * 5),
+                                        (SimpleNamespace(data_units=3), [(5 * M, 8 * M)], bytes([5]) * (2 * M))):
+        in_flight.clear()
+        release = trio.Event()
+        async with trio.open_nursery() as nursery:
+            ops = HdfsOperations(client, "/", MountOptions(), "/mnt", nursery)  # type: ignore[arg-type]
+            file = SimpleNamespace(under_construction=False, length=FILE, path="/f", ec_policy=ec_policy)
+            handle = ops._files[7] = _OpenFile(2, file, planner())  # type: ignore[arg-type]
+            ops._start_prefetch(handle, 5 * M, 8 * M)
+            await trio.testing.wait_all_tasks_blocked()
+            assert sorted(in_flight) == expected  # every piece asked for before any arrived
+            assert ops.budget.used == 8 * M
+            release.set()
+            await trio.testing.wait_all_tasks_blocked()
+            got = await ops._from_chunks(handle, 6 * M + 5, 8 * M + 5)  # across two pieces, if cut
+            assert got is not None and bytes(got) == across
+            ops._drop_chunks(handle, before=None)
+            assert ops.budget.used == 0
