@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -110,6 +111,19 @@ def test_an_erasure_coded_file_reads_ahead_once_per_data_unit() -> None:
     assert max(prefetched) > 4 * M and planner.window == 12 * M
 
 
+def _operations(fetch_range: object, nursery: object) -> object:
+    """The mount's HdfsOperations over a fake client whose reads are `fetch_range`."""
+    from types import SimpleNamespace
+
+    from hdfsfuse.fs import HdfsOperations
+    from hdfsfuse.options import MountOptions
+    from hdfsfuse.stats import Stats
+
+    client = SimpleNamespace(namenode=None, stats=Stats(), credentials=None, fetch_range=fetch_range,
+                             read_now=lambda file, offset, length: None)
+    return HdfsOperations(client, "/", MountOptions(), "/mnt", nursery)  # type: ignore[arg-type]
+
+
 async def test_a_buffer_an_earlier_read_waits_for_is_not_dropped_by_a_later_one() -> None:
     """The kernel's readahead reads run concurrently and finish out of order. A later read that
     finishes first must not cancel the buffer an earlier read is still waiting for: that sent the
@@ -118,9 +132,7 @@ async def test_a_buffer_an_earlier_read_waits_for_is_not_dropped_by_a_later_one(
 
     import trio
 
-    from hdfsfuse.fs import HdfsOperations, _Chunk, _OpenFile
-    from hdfsfuse.options import MountOptions
-    from hdfsfuse.stats import Stats
+    from hdfsfuse.fs import _Chunk, _OpenFile
 
     arrive = trio.Event()
     fetched: list[tuple[int, int]] = []
@@ -131,10 +143,8 @@ async def test_a_buffer_an_earlier_read_waits_for_is_not_dropped_by_a_later_one(
             await arrive.wait()
         return bytes([offset // M]) * length
 
-    client = SimpleNamespace(namenode=None, stats=Stats(), credentials=None, fetch_range=fetch_range,
-                             read_now=lambda file, offset, length: None)
     async with trio.open_nursery() as nursery:
-        ops = HdfsOperations(client, "/", MountOptions(), "/mnt", nursery)  # type: ignore[arg-type]
+        ops: Any = _operations(fetch_range, nursery)
         file = SimpleNamespace(under_construction=False, length=FILE, path="/f")
         handle = ops._files[7] = _OpenFile(2, file, planner())  # type: ignore[arg-type]
         handle.planner.plan(0, 1, FILE)  # a sequential run from offset 0...
@@ -182,9 +192,7 @@ async def test_a_replicated_files_prefetch_runs_as_concurrent_pieces() -> None:
 
     import trio
 
-    from hdfsfuse.fs import HdfsOperations, _OpenFile
-    from hdfsfuse.options import MountOptions
-    from hdfsfuse.stats import Stats
+    from hdfsfuse.fs import _OpenFile
 
     release = trio.Event()
     in_flight: list[tuple[int, int]] = []
@@ -194,15 +202,13 @@ async def test_a_replicated_files_prefetch_runs_as_concurrent_pieces() -> None:
         await release.wait()
         return bytes([offset // M % 251]) * length
 
-    client = SimpleNamespace(namenode=None, stats=Stats(), credentials=None, fetch_range=fetch_range,
-                             read_now=lambda file, offset, length: None)
     pieces = [(5 * M, M), (6 * M, 2 * M), (8 * M, 2 * M), (10 * M, 2 * M), (12 * M, M)]
     for ec_policy, expected, across in ((None, pieces, bytes([6]) * (2 * M - 5) + bytes([8]) * 5),
                                         (SimpleNamespace(data_units=3), [(5 * M, 8 * M)], bytes([5]) * (2 * M))):
         in_flight.clear()
         release = trio.Event()
         async with trio.open_nursery() as nursery:
-            ops = HdfsOperations(client, "/", MountOptions(), "/mnt", nursery)  # type: ignore[arg-type]
+            ops: Any = _operations(fetch_range, nursery)
             file = SimpleNamespace(under_construction=False, length=FILE, path="/f", ec_policy=ec_policy)
             handle = ops._files[7] = _OpenFile(2, file, planner())  # type: ignore[arg-type]
             ops._start_prefetch(handle, 5 * M, 8 * M)
