@@ -200,29 +200,40 @@ static PyObject *crc(PyObject *self, PyObject *args) {
  *   header, fixed layout (25 bytes, protobuf): 0x09 offsetInBlock (i64 LE) 0x11 seqno (i64 LE)
  *                                              0x18 lastPacketInBlock (0|1) 0x25 dataLen (i32 LE)
  *
- * take_data_packets(kind, bpc, size, buf, at, pos, seqno, start, end, output, max_packet)
+ * take_data_packets(kind, bpc, size, buf, at, pos, seqno, start, end, output, max_packet[, base, cell, gap])
  *     -> (at, pos, seqno, taken)
  *
  * From `at` in `buf`, takes every complete data packet in the fixed layout that passes each of
  * the parser's checks: its seqno and block offset are the next expected (`seqno`, `pos`), its
  * checksum bytes fit its data, it is not marked last and starts before `end`, and every chunk
  * verifies (kind 1 or 2; kind 0 verifies nothing). Each packet's bytes in [start, end) of the
- * block are copied to `output`, which holds exactly that range. Returns where it stopped, the
+ * block are copied to `output`, which holds exactly that range, or, with `base, cell, gap`, to
+ * where a placement puts them (`dtp.Placement`: block byte p at base + (p - start) +
+ * (p / cell - start / cell) * gap, so a striped unit's cells land between the other units' cells
+ * of a group buffer). Returns where it stopped, the
  * next expected offset and seqno, and the data bytes taken. It stops before the first packet it
  * does not take (incomplete, the final empty one, another header layout, any failed check) and
  * takes nothing from it: the Python loop then takes that packet, and raises its own errors.
  */
+/* Where a placement puts block byte p of a read that starts at `start` (see dtp.Placement). */
+static inline int64_t placed_at(int64_t p, int64_t start, int64_t base, int64_t cell, int64_t gap) {
+    return base + (p - start) + (cell ? (p / cell - start / cell) * gap : 0);
+}
+
 static PyObject *take_data_packets(PyObject *self, PyObject *args) {
     int kind;
-    Py_ssize_t bpc, size, at, max_packet, taken = 0;
+    Py_ssize_t bpc, size, at, max_packet, taken = 0, base = 0, cell = 0, gap = 0;
     long long pos, seqno, start, end;
     Py_buffer buf, output;
     (void)self;
-    if (!PyArg_ParseTuple(args, "inny*nLLLLw*n", &kind, &bpc, &size, &buf, &at, &pos, &seqno, &start, &end,
-                          &output, &max_packet))
+    if (!PyArg_ParseTuple(args, "inny*nLLLLw*n|nnn", &kind, &bpc, &size, &buf, &at, &pos, &seqno, &start, &end,
+                          &output, &max_packet, &base, &cell, &gap))
         return NULL;
-    if ((kind != 0 && check_kind(kind) < 0) || bpc <= 0 || at < 0 || at > buf.len ||
-        output.len != end - start) {
+    int placed = PyTuple_GET_SIZE(args) > 11; /* a placement given, even an all-zero one */
+    if ((kind != 0 && check_kind(kind) < 0) || bpc <= 0 || at < 0 || at > buf.len || end <= start ||
+        (!placed && output.len != end - start) ||
+        (placed && (base < 0 || cell < 0 || gap < 0 || (cell == 0 && gap != 0) ||
+                    placed_at(end - 1, start, base, cell, gap) >= output.len))) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "take_data_packets: bad arguments");
         PyBuffer_Release(&buf);
         PyBuffer_Release(&output);
@@ -250,7 +261,16 @@ static PyObject *take_data_packets(PyObject *self, PyObject *args) {
         if (kind != 0 && first_bad_chunk(kind, data, (Py_ssize_t)data_len, sums, bpc) >= 0) break;
         int64_t lo = offset > start ? offset : start;
         int64_t hi = offset + data_len < end ? offset + data_len : end;
-        if (hi > lo) memcpy(out + (lo - start), data + (lo - offset), (size_t)(hi - lo));
+        if (hi > lo && cell == 0) {
+            memcpy(out + base + (lo - start), data + (lo - offset), (size_t)(hi - lo));
+        } else if (hi > lo) {
+            for (int64_t q = lo; q < hi;) { /* one cell at a time */
+                int64_t stop = (q / cell + 1) * cell;
+                if (stop > hi) stop = hi;
+                memcpy(out + placed_at(q, start, base, cell, gap), data + (q - offset), (size_t)(stop - q));
+                q = stop;
+            }
+        }
         pos = offset + data_len;
         seqno = seq + 1;
         taken += (Py_ssize_t)data_len;
@@ -267,7 +287,7 @@ static PyMethodDef methods[] = {
      "first_mismatch(kind, data, sums, bytes_per_checksum) -> index of the first bad chunk, or -1"},
     {"crc", crc, METH_VARARGS, "crc(kind, data) -> CRC32 (kind 1) or CRC32C (kind 2) of data"},
     {"take_data_packets", take_data_packets, METH_VARARGS,
-     "take_data_packets(kind, bpc, size, buf, at, pos, seqno, start, end, output, max_packet) -> "
+     "take_data_packets(kind, bpc, size, buf, at, pos, seqno, start, end, output, max_packet[, base, cell, gap]) -> "
      "(at, pos, seqno, taken): the READ_BLOCK packet loop's common case (see dtp.ReadBlockParser)"},
     {NULL, NULL, 0, NULL},
 };

@@ -381,13 +381,14 @@ async def _exchange(
 async def read_replica(
     pool: ConnectionPool, address: str, request: bytes, offset: int, length: int, what: str,
     timeouts: Timeouts, stats: Stats, security: Security | None = None,
-    keep: list[dtp.ReadBlockParser] | None = None,
+    keep: list[dtp.ReadBlockParser] | None = None, into: tuple[bytearray, dtp.Placement] | None = None,
 ) -> bytearray:
     """Read exactly `length` bytes at block `offset` from the DataNode at `address`.
 
     `security` (with the block's token): a new connection makes the SASL handshake it asks for.
     `keep`: the finished parser is appended, holding the verified chunk-aligned bytes (the
-    block cache stores them).
+    block cache stores them). `into`: the bytes go to the caller's buffer at the placement's
+    places, and that buffer is returned (a failed attempt may have written part of them).
     """
     attempts = 0
     new_key = False
@@ -413,7 +414,7 @@ async def read_replica(
                     raise
         else:
             stats.dn_reuses += 1
-        parser = dtp.ReadBlockParser(offset, length, what, keep=keep is not None)
+        parser = dtp.ReadBlockParser(offset, length, what, keep=keep is not None, into=into)
         stats.dtp_read_ops += 1
         try:
             await _exchange(conn, request, parser, timeouts, reused)

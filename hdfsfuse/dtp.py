@@ -165,23 +165,56 @@ def _parse_packet_header(raw: bytes | memoryview) -> tuple[int, int, bool, int]:
     return header.offsetInBlock, header.seqno, header.lastPacketInBlock, header.dataLen
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a read's bytes go in a caller's buffer instead of a buffer of their own.
+
+    Block byte p of a read of [offset, offset+length) lands at
+
+        base + (p - offset) + (p // cell - offset // cell) * gap      (cell 0: no gaps)
+
+    so the cells of one striped unit land straight at their places in a group's buffer, with
+    the other units' cells of each row (`gap` bytes) between them:
+
+        unit 1's block:  |c1      |c4      |c7 ...
+        group buffer:    |c0 |c1 |c2 |c3 |c4 |c5 |c6 |c7 ...    (k = 3: gap = 2 cells)
+    """
+
+    base: int
+    cell: int = 0
+    gap: int = 0
+
+    def at(self, p: int, offset: int) -> int:
+        """Where block byte p of a read starting at block `offset` lands."""
+        return self.base + (p - offset) + ((p // self.cell - offset // self.cell) * self.gap if self.cell else 0)
+
+
 class ReadBlockParser:
     """Parses one READ_BLOCK response for `length` bytes at block offset `offset`.
 
     `feed()` bytes, then call `next_event()` until NEED_DATA. The requested bytes land in
-    `output` (exactly `length` bytes). `what` names the block and DataNode in errors.
+    `output`: exactly `length` bytes of its own, or the caller's buffer at the places
+    `placement` gives. `what` names the block and DataNode in errors.
     Bytes after the final packet are a protocol error: nothing may follow until our status.
     With `keep`, the verified chunk-aligned payload and its checksums are also kept
     (`kept_data` from block offset `chunk_offset`, `kept_sums`), for the block cache.
     """
 
-    def __init__(self, offset: int, length: int, what: str = "block", *, keep: bool = False) -> None:
+    def __init__(self, offset: int, length: int, what: str = "block", *, keep: bool = False,
+                 into: tuple[bytearray, Placement] | None = None) -> None:
         if offset < 0 or length <= 0:
             raise ValueError("a read needs offset >= 0 and length > 0")
         self.offset = offset
         self.length = length
         self.what = what
-        self.output = bytearray(length)
+        if into is None:
+            self.output = bytearray(length)
+            self.placement: Placement | None = None
+        else:
+            self.output, self.placement = into
+            last = self.placement.at(offset + length - 1, offset)
+            if self.placement.base < 0 or last >= len(self.output) or (self.placement.gap and not self.placement.cell):
+                raise ValueError(f"{what}: a placement outside its {len(self.output)}-byte buffer")
         self.checksum: Checksum | None = None
         self._buf = bytearray()
         self._state = "response"
@@ -260,6 +293,17 @@ class ReadBlockParser:
             raise ProtocolError(f"{self.what}: success response without checksum info")
         return self._start(info.checksum.type, info.checksum.bytesPerChecksum, info.chunkOffset)
 
+    def _place(self, lo: int, hi: int, data: memoryview) -> None:
+        """Block bytes [lo, hi) to where the placement puts them, one cell at a time."""
+        placement = self.placement
+        assert placement is not None
+        p = lo
+        while p < hi:
+            stop = min(hi, (p // placement.cell + 1) * placement.cell) if placement.cell else hi
+            to = placement.at(p, self.offset)
+            self.output[to : to + stop - p] = data[p - lo : stop - lo]
+            p = stop
+
     def _start(self, kind: int, bytes_per_checksum: int, chunk_offset: int) -> ReadStarted:
         checksum = Checksum.of(kind, bytes_per_checksum)
         if not (self.offset - checksum.bytes_per_checksum < chunk_offset <= self.offset):
@@ -288,9 +332,11 @@ class ReadBlockParser:
         n = len(buf)
         at = 0  # where the next packet starts in `buf`
         taken = 0  # data bytes in the packets taken
+        placement = self.placement
         if _take_data_packets is not None and not keep:  # the common packets in one native call
             at, self._pos, self._seqno, taken = _take_data_packets(
-                checksum.kind, bpc, size, buf, 0, self._pos, self._seqno, start, end, output, MAX_PACKET_SIZE)
+                checksum.kind, bpc, size, buf, 0, self._pos, self._seqno, start, end, output, MAX_PACKET_SIZE,
+                *(() if placement is None else (placement.base, placement.cell, placement.gap)))
         finished: ReadFinished | None = None
         view = memoryview(buf)
         data = view[0:0]
@@ -337,8 +383,10 @@ class ReadBlockParser:
                 # Trim the chunk-alignment bytes before `start` and after `end`.
                 lo = offset if offset > start else start
                 hi = offset + data_len if offset + data_len < end else end
-                if hi > lo:
+                if hi > lo and placement is None:
                     output[lo - start : hi - start] = data[lo - offset : hi - offset]
+                elif hi > lo:
+                    self._place(lo, hi, data[lo - offset : hi - offset])
                 self._pos = offset + data_len
                 taken += data_len
                 at += total

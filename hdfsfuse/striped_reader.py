@@ -27,6 +27,7 @@ from hdfsfuse import dtp, erasure
 from hdfsfuse.blockcache import BlockKey
 from hdfsfuse.concurrency import run_each
 from hdfsfuse.datanode import ConnectFailed, read_replica
+from hdfsfuse.dtp import Placement
 from hdfsfuse.erasure import EcPolicy
 from hdfsfuse.errors import BlockUnavailable, ChecksumMismatch, HdfsError
 from hdfsfuse.planner import Piece
@@ -130,13 +131,22 @@ class StripedReader:
         failed: dict[int, str] = {}  # unit -> why it cannot be read in this piece
         fetched: dict[int, tuple[int, bytes | bytearray]] = {}  # unit -> (in-block start, bytes) read so far
 
+        # Without the block cache, each unit's packets land straight at their places in `output`.
+        into = self.client.cached is None
+
         async def healthy(read: UnitRead) -> None:
-            data = await self._read_unit(file, plan, read.unit, read.start, read.length, dead, failed)
+            placement = (output, read.placement(policy)) if into else None
+            data = await self._read_unit(file, plan, read.unit, read.start, read.length, dead, failed, placement)
             if data is not None:
                 fetched[read.unit] = (read.start, data)
-                read.scatter(data, output)
+                if placement is None:
+                    read.scatter(data, output)
 
         await run_each(healthy, reads)
+        if failed and into:  # decoding needs the units read as their own bytes
+            for read in reads:
+                if read.unit in fetched:
+                    fetched[read.unit] = (read.start, read.gather(output))
         for read in reads:
             if read.unit in failed:
                 data = await self._recover(file, plan, policy, read, dead, failed, fetched)
@@ -181,15 +191,17 @@ class StripedReader:
                                       [read.unit], length)[read.unit]
 
     async def _read_unit(self, file: HdfsFile, plan: GroupPlan, unit: int, start: int, length: int,
-                         dead: set[str], failed: dict[int, str]) -> bytes | bytearray | None:
+                         dead: set[str], failed: dict[int, str],
+                         into: tuple[bytearray, Placement] | None = None) -> bytes | bytearray | None:
         """Exactly `length` bytes at `start` of one internal block, or None (recorded in `failed`).
+        `into` (no block cache): they go to a group buffer's places instead, returned.
 
         With the block cache on, an internal block is a block like any other: looked up first,
         stored after a read from its DataNode.
         """
         cached = self.client.cached
         if cached is None or unit not in plan.sources:
-            return await self._fetch_unit(file, plan, unit, start, length, dead, failed, None)
+            return await self._fetch_unit(file, plan, unit, start, length, dead, failed, None, into)
         b = plan.sources[unit][0].block
         key = BlockKey(b.poolId, b.blockId, b.generationStamp)
 
@@ -200,8 +212,8 @@ class StripedReader:
         return await cached.read(key, plan.lengths[unit], start, length, fetch, lambda: True)
 
     async def _fetch_unit(self, file: HdfsFile, plan: GroupPlan, unit: int, start: int, length: int,
-                          dead: set[str], failed: dict[int, str],
-                          keep: list[dtp.ReadBlockParser] | None) -> bytearray | None:
+                          dead: set[str], failed: dict[int, str], keep: list[dtp.ReadBlockParser] | None,
+                          into: tuple[bytearray, Placement] | None = None) -> bytearray | None:
         client = self.client
         sources = [s for s in plan.sources.get(unit, []) if s.address not in dead]
         if not sources:
@@ -212,7 +224,7 @@ class StripedReader:
             security = None if file.dn_security is None else file.dn_security.for_block(src.token)
             try:
                 return await read_replica(client.pool, src.address, request, start, length, src.what,
-                                          client.options.timeouts, client.stats, security, keep)
+                                          client.options.timeouts, client.stats, security, keep, into)
             except dtp.InvalidBlockToken:
                 raise _TokenRefused from None
             except (HdfsError, ProtocolError) as e:

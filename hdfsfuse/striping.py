@@ -12,14 +12,16 @@ parity units:
                     internal blocks: id = group id + unit index
 
 A read becomes at most one exact range per data unit: the touched cells of one unit sit back to
-back in its internal block, so each unit's bytes come from one READ_BLOCK and are scattered to
-the caller's buffer by `spans`. Parity is read only to decode a unit that failed.
+back in its internal block, so each unit's bytes come from one READ_BLOCK and land in the
+caller's buffer at `spans` (written there by the packet parser, by `placement`, or copied by
+`scatter`). Parity is read only to decode a unit that failed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hdfsfuse.dtp import Placement
 from hdfsfuse.erasure import EcPolicy
 
 
@@ -57,6 +59,16 @@ class UnitRead:
         view = memoryview(data)
         for at, out, n in self.spans:
             output[out : out + n] = view[at - self.start : at - self.start + n]
+
+    def gather(self, output: bytearray) -> bytes:
+        """This unit's bytes back from their places in `output` (the inverse of `scatter`)."""
+        view = memoryview(output)
+        return b"".join(view[out : out + n] for _, out, n in self.spans)
+
+    def placement(self, policy: EcPolicy) -> Placement:
+        """The same places as `spans`, as a READ_BLOCK parser writes them (no scatter copy):
+        this unit's next cell comes after the k - 1 other units' cells of the row."""
+        return Placement(self.spans[0][1], policy.cell_size, (policy.data_units - 1) * policy.cell_size)
 
 
 def plan_group_read(policy: EcPolicy, offset: int, length: int) -> list[UnitRead]:

@@ -232,6 +232,37 @@ def test_property_any_range_any_layout(offset: int, length: int, bpc: int, kind:
     assert parser.done and bytes(parser.output) == BLOCK[offset : offset + length]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 299_999), st.integers(1, 40_000), st.sampled_from([0, 1, 512, 4096, 65536]),
+       st.integers(0, 3), st.integers(0, 5000), st.integers(1, 70_000), st.integers(1, 5000))
+def test_placed_reads_land_where_the_placement_says_and_nowhere_else(
+        offset: int, length: int, cell: int, gap_cells: int, base: int, psize: int, step: int) -> None:
+    """A read into a caller's buffer (a striped unit's cells into a group buffer) writes each
+    byte exactly where `Placement.at` says, and leaves every other byte of the buffer alone."""
+    length = min(length, len(BLOCK) - offset)
+    placement = dtp.Placement(base, cell, gap_cells * cell)
+    last = placement.at(offset + length - 1, offset)
+    buffer = bytearray(b"\xee" * (last + 1 + 100))
+    wire = read_response(BLOCK, offset, length, packet_size=psize)
+    parser = dtp.ReadBlockParser(offset, length, into=(buffer, placement))
+    run(parser, wire, step)
+    expected = bytearray(b"\xee" * len(buffer))
+    for p in range(offset, offset + length):
+        expected[placement.at(p, offset)] = BLOCK[p]
+    assert parser.done and parser.output is buffer and buffer == expected
+
+
+def test_a_placement_outside_its_buffer_is_refused() -> None:
+    with pytest.raises(ValueError, match="outside"):
+        dtp.ReadBlockParser(100, 50, into=(bytearray(49), dtp.Placement(0)))
+    with pytest.raises(ValueError, match="outside"):  # the second cell lands past the end
+        dtp.ReadBlockParser(0, 20, into=(bytearray(25), dtp.Placement(0, 10, 10)))
+    with pytest.raises(ValueError, match="outside"):
+        dtp.ReadBlockParser(0, 20, into=(bytearray(100), dtp.Placement(-1)))
+    parser = dtp.ReadBlockParser(0, 20, into=(bytearray(30), dtp.Placement(0, 10, 10)))  # exactly fits
+    assert len(parser.output) == 30
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=300))
 def test_fuzz_arbitrary_bytes(data: bytes) -> None:

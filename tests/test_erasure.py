@@ -180,6 +180,11 @@ def test_the_plan_reads_exact_unit_ranges_that_rebuild_the_range(case: tuple[EcP
         r.scatter(units[r.unit][r.start : r.end], output)
     assert bytes(output) == group[offset : offset + length]
     assert sum(r.length for r in reads) == length  # exact: not one byte more
+    for r in reads:  # the parser's placement puts every byte where scatter does; gather undoes it
+        placement = r.placement(policy)
+        places = [placement.at(p, r.start) for p in range(r.start, r.end)]
+        assert places == [out + i for at, out, n in r.spans for i in range(n)]
+        assert r.gather(output) == units[r.unit][r.start : r.end]
 
 
 def test_a_read_inside_one_cell_is_one_unit_range() -> None:
