@@ -74,7 +74,7 @@ def _sums_struct(count: int) -> struct.Struct:
 class Checksum:
     """A block's checksum scheme, as announced in the DataNode's read response."""
 
-    __slots__ = ("_bulk", "_func", "_needs_bytes", "bytes_per_checksum", "kind", "size")
+    __slots__ = ("_bulk", "_func", "_needs_bytes", "bytes_per_checksum", "kind", "native", "size")
 
     def __init__(self, kind: int, bytes_per_checksum: int, *, native: bool = True) -> None:
         if kind not in TYPE_NAMES:
@@ -95,6 +95,7 @@ class Checksum:
             else:
                 self._func = crc32c
         self._bulk = chunked_crc if native and kind != CHECKSUM_NULL else None  # one call for every chunk
+        self.native = native and chunked_crc is not None  # the extension verifies (localio reads with it too)
 
     @staticmethod
     @functools.cache
@@ -130,14 +131,15 @@ class Checksum:
         if self._bulk is not None:
             bad = self._bulk.first_mismatch(self.kind, data, sums, bpc)
             if bad >= 0:
-                raise self._mismatch(what, block_offset + bad * bpc)
+                raise self.mismatch(what, block_offset + bad * bpc)
             return
         expected = _sums_struct(count).unpack(sums)
         chunks = bytes(data) if self._needs_bytes and not isinstance(data, bytes) else data
         computed = tuple(map(func, [chunks[i : i + bpc] for i in range(0, n, bpc)]))
         if computed != expected:
             bad = next(i for i in range(count) if computed[i] != expected[i])
-            raise self._mismatch(what, block_offset + bad * bpc)
+            raise self.mismatch(what, block_offset + bad * bpc)
 
-    def _mismatch(self, what: str, offset: int) -> ChecksumMismatch:
+    def mismatch(self, what: str, offset: int) -> ChecksumMismatch:
+        """The error for the chunk at block `offset` of `what`, which does not verify."""
         return ChecksumMismatch(f"{self.name} checksum mismatch in {what} at block offset {offset}")

@@ -1,0 +1,128 @@
+"""Verified reads of local block files (localio.read_verified): the C extension's one-call read
+(`read_chunks`: both preads and the check without the GIL, 256 KiB at a time) against the
+Python path, on real files: exact bytes, the first bad chunk named, short files, RWF_NOWAIT."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hdfsfuse import localio
+from hdfsfuse.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum, chunked_crc
+from hdfsfuse.errors import ChecksumMismatch
+from hdfsfuse.localio import ShortRead, WouldBlock, read_verified
+from tests.page_residency import drop_pages
+
+pytestmark = pytest.mark.skipif(chunked_crc is None, reason="the _chunked_crc extension is not built")
+
+BLOCK = random.Random(3).randbytes(1_100_000)  # more than four 256 KiB pieces
+HEADER = 7  # a meta file's header: the checksums start after it
+
+
+class Files:
+    def __init__(self, directory: Path, kind: int, bpc: int, block: bytes = BLOCK) -> None:
+        self.checksum = Checksum(kind, bpc)
+        self.block = block
+        self.data, self.sums = directory / f"blk-{kind}-{bpc}", directory / f"blk-{kind}-{bpc}.meta"
+        self.data.write_bytes(block)
+        self.sums.write_bytes(b"H" * HEADER + self.checksum.compute(block))
+        self.data_fd, self.sums_fd = os.open(self.data, os.O_RDONLY), os.open(self.sums, os.O_RDONLY)
+
+    def read(self, offset: int, length: int, *, native: bool, nowait: bool = False) -> object:
+        """The bytes, or the error's type and message."""
+        checksum = Checksum(self.checksum.kind, self.checksum.bytes_per_checksum, native=native)
+        try:
+            return bytes(read_verified(self.data_fd, 0, self.sums_fd, HEADER, checksum, len(self.block), offset,
+                                       length, "blk_1", nowait=nowait))
+        except (ChecksumMismatch, ShortRead, WouldBlock) as e:
+            return (type(e).__name__, str(e))
+
+    def close(self) -> None:
+        os.close(self.data_fd)
+        os.close(self.sums_fd)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[int, int], Files]]:
+    directory = tmp_path_factory.mktemp("localio")
+    made = {(k, b): Files(directory, k, b) for k in (CHECKSUM_CRC32C, CHECKSUM_CRC32, CHECKSUM_NULL)
+            for b in (512, 4096)}
+    yield made
+    for f in made.values():
+        f.close()
+
+
+def test_the_native_read_is_taken_when_built() -> None:
+    assert localio._read_chunks is not None and localio._READ_PIECE == 256 * 1024
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from([CHECKSUM_CRC32C, CHECKSUM_CRC32, CHECKSUM_NULL]), st.sampled_from([512, 4096]),
+       st.integers(0, len(BLOCK) - 1), st.integers(1, len(BLOCK)))
+def test_native_and_python_reads_agree_on_every_range(files: dict[tuple[int, int], Files], kind: int, bpc: int,
+                                                      offset: int, length: int) -> None:
+    f = files[(kind, bpc)]
+    length = min(length, len(BLOCK) - offset)
+    native = f.read(offset, length, native=True)
+    assert native == BLOCK[offset : offset + length]
+    assert f.read(offset, length, native=False) == native
+
+
+@pytest.mark.parametrize("kind", [CHECKSUM_CRC32C, CHECKSUM_CRC32])
+@pytest.mark.parametrize("at", [0, 511, 262_143, 262_144, 700_000, len(BLOCK) - 1])
+def test_a_flipped_bit_is_found_at_its_chunk_whichever_piece_it_is_in(tmp_path: Path, kind: int, at: int) -> None:
+    block = bytearray(BLOCK)
+    f = Files(tmp_path, kind, 512, BLOCK)
+    try:
+        block[at] ^= 0x10
+        f.data.write_bytes(block)  # the data changes under the checksums
+        chunk = at - at % 512
+        for native in (True, False):
+            assert f.read(0, len(BLOCK), native=native) == (
+                "ChecksumMismatch", f"{f.checksum.name} checksum mismatch in blk_1 at block offset {chunk}")
+            # a read that ends before the bad chunk never sees it
+            if chunk:
+                assert f.read(0, chunk, native=native) == BLOCK[:chunk]
+    finally:
+        f.close()
+
+
+@pytest.mark.parametrize("cut", ["data", "sums"])
+def test_files_that_end_early_are_a_short_read(tmp_path: Path, cut: str) -> None:
+    f = Files(tmp_path, CHECKSUM_CRC32C, 512)
+    try:
+        os.truncate(f.data if cut == "data" else f.sums, 600_000 if cut == "data" else HEADER + 100)
+        for native in (True, False):
+            got = f.read(0, len(BLOCK), native=native)
+            assert got == ("ShortRead", f"blk_1: the local files end before block offset {len(BLOCK)}")
+    finally:
+        f.close()
+
+
+def test_nowait_reads_come_from_memory_or_would_block(tmp_path: Path) -> None:
+    f = Files(tmp_path, CHECKSUM_CRC32C, 512)
+    try:
+        f.read(0, len(BLOCK), native=True)  # everything in memory
+        assert f.read(300_000, 5000, native=True, nowait=True) == BLOCK[300_000:305_000]
+        for path in (f.data, f.sums):
+            drop_pages(path)
+        assert f.read(300_000, 5000, native=True, nowait=True) == ("WouldBlock", "")
+        assert f.read(300_000, 5000, native=True) == BLOCK[300_000:305_000]  # a plain read waits
+    finally:
+        f.close()
+
+
+def test_bad_arguments_are_refused() -> None:
+    assert chunked_crc is not None
+    with pytest.raises(ValueError, match="kind 3"):
+        chunked_crc.read_chunks(3, 512, 0, 0, 10, 0, 0, False)
+    with pytest.raises(ValueError, match="bad arguments"):
+        chunked_crc.read_chunks(2, 1000, 0, 0, 10, 0, 0, False)  # 1000 does not divide a 256 KiB piece
+    with pytest.raises(OSError):
+        chunked_crc.read_chunks(2, 512, -5, 0, 512, -5, 0, False)  # not a file descriptor
