@@ -9,6 +9,7 @@
  *   crc(kind, data) -> the CRC of data
  *   take_data_packets(...) -> the packet loop of a READ_BLOCK response's common case (below)
  *   read_chunks(...) -> a local read of whole chunks and their checksums, verified (below)
+ *   buffer(n) -> a bytearray of n bytes, not zeroed first
  *
  * kind 1 is CRC32 (zlib's, reflected polynomial 0xEDB88320), kind 2 is CRC32C (Castagnoli,
  * reflected polynomial 0x82F63B78); both start from 0xFFFFFFFF and end XORed with it. CRC32C uses
@@ -374,6 +375,19 @@ static PyObject *read_chunks(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* buffer(n) -> a bytearray of n bytes that are not zeroed first (bytearray(n) writes n zeros). For
+ * read buffers whose every byte a read writes before anyone sees it (see allocator.read_buffer). */
+static PyObject *buffer(PyObject *self, PyObject *args) {
+    Py_ssize_t n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "n", &n)) return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "buffer: negative size");
+        return NULL;
+    }
+    return PyByteArray_FromStringAndSize(NULL, n);
+}
+
 static PyMethodDef methods[] = {
     {"first_mismatch", first_mismatch, METH_VARARGS,
      "first_mismatch(kind, data, sums, bytes_per_checksum) -> index of the first bad chunk, or -1"},
@@ -384,6 +398,7 @@ static PyMethodDef methods[] = {
     {"read_chunks", read_chunks, METH_VARARGS,
      "read_chunks(kind, bpc, data_fd, data_pos, nbytes, sums_fd, sums_pos, nowait) -> (data, data_got, sums_got, "
      "bad): a local read of whole chunks and their checksums, verified without the GIL (see localio)"},
+    {"buffer", buffer, METH_VARARGS, "buffer(n) -> a bytearray of n bytes, not zeroed first"},
     {NULL, NULL, 0, NULL},
 };
 

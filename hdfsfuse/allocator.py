@@ -12,6 +12,13 @@ the next read reuses its pages:
 
 The price is memory: the heap keeps up to 128 MiB that reads freed, beyond what is in use.
 The mount calls this at start; a program using the library may call it too.
+
+`read_buffer(n)` is such a buffer without the n zeros `bytearray(n)` writes first: for a
+buffer that a read fills entirely before anyone sees it (a READ_BLOCK parser's output: done
+only once packets covered every byte; a striped group's, covered by its units' spans).
+
+    sequential read of a 96 MiB RS-3-2 file through the mount: the group buffer's zeros
+    were 9% of the daemon's busy samples (py-spy)
 """
 
 from __future__ import annotations
@@ -19,8 +26,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+from collections.abc import Callable
+
+from hdfsfuse.checksum import chunked_crc
 
 log = logging.getLogger(__name__)
+
+# Without the C extension, bytearray(n): zeroed, and as good.
+read_buffer: Callable[[int], bytearray] = getattr(chunked_crc, "buffer", bytearray)
 
 M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
 M_MMAP_THRESHOLD = -3

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
+from hdfsfuse.allocator import read_buffer
 from hdfsfuse.checksum import CHECKSUM_NULL, Checksum, chunked_crc
 from hdfsfuse.errors import HdfsError
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
@@ -208,7 +209,7 @@ class ReadBlockParser:
         self.length = length
         self.what = what
         if into is None:
-            self.output = bytearray(length)
+            self.output = read_buffer(length)  # every byte written before `done` (not zeroed first)
             self.placement: Placement | None = None
         else:
             self.output, self.placement = into

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from hdfsfuse import dtp, erasure
+from hdfsfuse.allocator import read_buffer
 from hdfsfuse.blockcache import BlockKey
 from hdfsfuse.concurrency import run_each
 from hdfsfuse.datanode import ConnectFailed, read_replica
@@ -125,7 +126,7 @@ class StripedReader:
             await self.client._locate(file, piece.block_start, 1)
 
     async def _read_group(self, file: HdfsFile, plan: GroupPlan, piece: Piece, policy: EcPolicy) -> bytearray:
-        output = bytearray(piece.length)
+        output = read_buffer(piece.length)  # the units' spans cover it: every byte written or decoded
         reads = plan_group_read(policy, piece.offset_in_block, piece.length)
         dead = file.dead.setdefault(plan.start, set())
         failed: dict[int, str] = {}  # unit -> why it cannot be read in this piece

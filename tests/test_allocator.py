@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 # Eight rounds of six 4 MiB read buffers in flight at once, touched and freed, as a sequential
 # read's pieces and chunks are; prints the minor page faults the last eight rounds took.
 ROUNDS = """
@@ -33,3 +35,17 @@ def test_freed_read_buffers_are_reused_without_page_faults() -> None:
     pages = 8 * 6 * (4 << 20) // 4096
     assert faults("default") > pages // 2  # glibc maps fresh pages for most buffers, every round
     assert faults("tuned") < pages // 100  # the heap keeps them: next to no faults
+
+
+def test_read_buffers_are_bytearrays_of_their_size_left_unzeroed() -> None:
+    from hdfsfuse import allocator
+    from hdfsfuse.checksum import chunked_crc
+
+    assert allocator.read_buffer is (bytearray if chunked_crc is None else chunked_crc.buffer)
+    for n in (0, 1, 4096, 3 << 20):
+        b = allocator.read_buffer(n)
+        assert type(b) is bytearray and len(b) == n
+        b[-1:] = b"x"  # resizable and writable like any bytearray
+    if chunked_crc is not None:
+        with pytest.raises(ValueError, match="negative"):
+            chunked_crc.buffer(-1)
