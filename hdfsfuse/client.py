@@ -28,6 +28,7 @@ import trio
 from google.protobuf.message import DecodeError
 
 from hdfsfuse import dtp, filechecksum, ipc
+from hdfsfuse.arrival import Arrival
 from hdfsfuse.blockcache import BlockCache, BlockKey
 from hdfsfuse.blockmap import BlockMap
 from hdfsfuse.cached_reads import CachedReads
@@ -518,10 +519,12 @@ class HdfsClient:
         return data
 
     async def fetch_range(self, file: HdfsFile | str, offset: int, length: int, *,
-                          inline_tried: bool = False) -> bytes | bytearray:
+                          inline_tried: bool = False, arrival: Arrival | None = None) -> bytes | bytearray:
         """Read a range without counting it as application bytes (the mount counts its own).
 
-        `inline_tried`: the caller already asked `read_now` for exactly this range."""
+        `inline_tried`: the caller already asked `read_now` for exactly this range. `arrival`:
+        a range inside one erasure-coded block group tells it which bytes have landed, while
+        it is read (any other range only returns them all at the end)."""
         if isinstance(file, str):
             file = await self.open(file)
         if file.under_construction and offset + length > file.length:
@@ -539,7 +542,7 @@ class HdfsClient:
                 return b""
         pieces = file.map.pieces(offset, n)
         if len(pieces) == 1:
-            return await self._read_piece(file, pieces[0])
+            return await self._read_piece(file, pieces[0], arrival)
         result = bytearray(n)
 
         async def fill(piece: Piece) -> None:
@@ -576,12 +579,12 @@ class HdfsClient:
                 raise FileChanged(f"{file.path} changed since it was opened: no block holds offset {after}")
             gap = after
 
-    async def _read_piece(self, file: HdfsFile, piece: Piece) -> bytes | bytearray:
+    async def _read_piece(self, file: HdfsFile, piece: Piece, arrival: Arrival | None = None) -> bytes | bytearray:
         total = self.options.timeouts.total
         failures: dict[str, str] = {}
         with trio.move_on_after(total):
             if file.ec_policy is not None:
-                return await self.striped.read(file, piece, file.ec_policy)
+                return await self.striped.read(file, piece, file.ec_policy, arrival)
             if self.cached is not None and file.finalized(piece.block_start):
                 return await self._read_piece_cached(file, piece, failures)
             return await self._read_piece_with_failover(file, piece, failures)

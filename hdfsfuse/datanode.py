@@ -33,6 +33,7 @@ import collections
 import dataclasses
 import logging
 import socket
+from collections.abc import Callable
 from typing import Protocol
 
 import trio
@@ -309,6 +310,7 @@ async def _secure(conn: DnConnection, security: Security, timeouts: Timeouts, st
 
 async def _exchange(
     conn: DnConnection, request: bytes, parser: dtp.ReadBlockParser, timeouts: Timeouts, reused: bool,
+    progress: Callable[[int], None] | None = None,
 ) -> None:
     """Send the op and drive the parser to the end of the read; keep the read status for later.
 
@@ -372,6 +374,8 @@ async def _exchange(
             elif isinstance(event, dtp.ReadFinished):
                 conn.keep_status(event.status_reply)  # it goes out with the next request
                 break
+            elif progress is not None:  # PacketReceived: more verified bytes are in place
+                progress(parser.position)
     if scope.cancelled_caught:
         raise DataNodeTimeout(f"DataNode {address} sent nothing for {timeouts.read:g}s during a read of {parser.what}")
     if not conn.waited:
@@ -382,6 +386,7 @@ async def read_replica(
     pool: ConnectionPool, address: str, request: bytes, offset: int, length: int, what: str,
     timeouts: Timeouts, stats: Stats, security: Security | None = None,
     keep: list[dtp.ReadBlockParser] | None = None, into: tuple[bytearray, dtp.Placement] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> bytearray:
     """Read exactly `length` bytes at block `offset` from the DataNode at `address`.
 
@@ -389,6 +394,7 @@ async def read_replica(
     `keep`: the finished parser is appended, holding the verified chunk-aligned bytes (the
     block cache stores them). `into`: the bytes go to the caller's buffer at the placement's
     places, and that buffer is returned (a failed attempt may have written part of them).
+    `progress(block offset)`: called as verified bytes land, with the offset they reach.
     """
     attempts = 0
     new_key = False
@@ -417,7 +423,7 @@ async def read_replica(
         parser = dtp.ReadBlockParser(offset, length, what, keep=keep is not None, into=into)
         stats.dtp_read_ops += 1
         try:
-            await _exchange(conn, request, parser, timeouts, reused)
+            await _exchange(conn, request, parser, timeouts, reused, progress)
         except _Stale:
             stats.dn_stale_retries += 1
             conn.close()

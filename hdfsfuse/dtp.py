@@ -241,6 +241,11 @@ class ReadBlockParser:
         return self._pos - self._start_pos
 
     @property
+    def position(self) -> int:
+        """The block offset the verified bytes reach: every requested byte below it is in `output`."""
+        return self._pos
+
+    @property
     def buffered(self) -> int:
         return len(self._buf)
 

@@ -29,6 +29,7 @@ import pyfuse3
 import trio
 
 from hdfsfuse import xattrs
+from hdfsfuse.arrival import Arrival
 from hdfsfuse.client import HdfsClient, HdfsFile
 from hdfsfuse.erasure import policy_name
 from hdfsfuse.errors import FileNotFound, HdfsError, to_errno
@@ -99,13 +100,15 @@ class IdentityMap:
 
 @dataclass
 class _Chunk:
-    """A readahead buffer: file bytes [offset, offset+length), filled by a background task."""
+    """A readahead buffer: file bytes [offset, offset+length), filled by a background task.
+    An erasure-coded file's has an `arrival`: its first bytes can be read before the last land."""
 
     offset: int
     length: int
     done: trio.Event = field(default_factory=trio.Event)
     data: bytes | bytearray | None = None
     cancel: trio.CancelScope = field(default_factory=trio.CancelScope)
+    arrival: Arrival | None = None
 
     @property
     def end(self) -> int:
@@ -652,12 +655,17 @@ class HdfsOperations(pyfuse3.Operations):
         self.stats.cache_hits["readahead"] += 1
         parts = []
         for chunk in covering:
-            await chunk.done.wait()
-            if chunk.data is None:
-                return None  # the prefetch failed: read directly
             lo = max(start, chunk.offset) - chunk.offset
             hi = min(end, chunk.end) - chunk.offset
-            parts.append(memoryview(chunk.data)[lo:hi])
+            data = chunk.data
+            if chunk.arrival is not None and not chunk.done.is_set() and await chunk.arrival.wait_for(hi):
+                data = chunk.arrival.buffer  # its bytes up to `hi` have landed, verified
+            else:
+                await chunk.done.wait()
+                data = chunk.data
+            if data is None:
+                return None  # the prefetch failed: read directly
+            parts.append(memoryview(data)[lo:hi])
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _start_prefetch(self, handle: _OpenFile, offset: int, length: int) -> None:
@@ -665,10 +673,12 @@ class HdfsOperations(pyfuse3.Operations):
             log.debug("%s: readahead budget exhausted; skipping a %d-byte prefetch", handle.file.path, length)
             handle.planner.frontier = offset  # let a later read try again
             return
-        # A striped file's prefetch fans out over its data units already: one read.
-        parts = [(offset, length)] if handle.file.ec_policy is not None else prefetch_pieces(offset, length)
+        # A striped file's prefetch fans out over its data units already: one read, whose
+        # first bytes are read as they land (its arrival).
+        striped = handle.file.ec_policy is not None
+        parts = [(offset, length)] if striped else prefetch_pieces(offset, length)
         for start, n in parts:
-            chunk = _Chunk(start, n)
+            chunk = _Chunk(start, n, arrival=Arrival() if striped else None)
             handle.chunks.append(chunk)
             self._nursery.start_soon(self._prefetch, handle.file, chunk)
 
@@ -676,12 +686,14 @@ class HdfsOperations(pyfuse3.Operations):
         """A background read: whatever it raises is logged here; its reads then go to HDFS directly."""
         try:
             with chunk.cancel, trio.move_on_after(self.options.request_timeout):
-                chunk.data = await self.client.fetch_range(file, chunk.offset, chunk.length)
+                chunk.data = await self.client.fetch_range(file, chunk.offset, chunk.length, arrival=chunk.arrival)
         except Exception as e:
             log.warning("%s: readahead of [%d, +%d) failed (%s: %s); reading directly",
                         file.path, chunk.offset, chunk.length, type(e).__name__, e)
         finally:
             chunk.done.set()
+            if chunk.arrival is not None:
+                chunk.arrival.finish()
 
     def _drop_chunks(self, handle: _OpenFile, before: int | None) -> None:
         """Free buffers wholly before `before` (consumed), or all of them (a seek, a release).

@@ -25,6 +25,7 @@ import trio
 
 from hdfsfuse import dtp, erasure
 from hdfsfuse.allocator import read_buffer
+from hdfsfuse.arrival import Arrival
 from hdfsfuse.blockcache import BlockKey
 from hdfsfuse.concurrency import run_each
 from hdfsfuse.datanode import ConnectFailed, read_replica
@@ -101,14 +102,15 @@ class StripedReader:
     def __init__(self, client: HdfsClient) -> None:
         self.client = client
 
-    async def read(self, file: HdfsFile, piece: Piece, policy: EcPolicy) -> bytearray:
+    async def read(self, file: HdfsFile, piece: Piece, policy: EcPolicy, arrival: Arrival | None = None) -> bytearray:
         """A piece of one group. A refused token, or more lost units than the parity covers,
-        fetch the group's locations again (forgetting its dead DataNodes) and retry, once each."""
+        fetch the group's locations again (forgetting its dead DataNodes) and retry, once each.
+        `arrival`: told the buffer and which of its bytes have landed, while the read runs."""
         token_refreshed = refetched = False
         while True:
             plan = file.group_plan(piece.block_start, policy, self.client)
             try:
-                return await self._read_group(file, plan, piece, policy)
+                return await self._read_group(file, plan, piece, policy, arrival)
             except _TokenRefused:
                 if token_refreshed:
                     raise BlockUnavailable(f"{file.path}: block tokens of the group at file offset "
@@ -125,7 +127,8 @@ class StripedReader:
                 file.dead.pop(plan.start, None)
             await self.client._locate(file, piece.block_start, 1)
 
-    async def _read_group(self, file: HdfsFile, plan: GroupPlan, piece: Piece, policy: EcPolicy) -> bytearray:
+    async def _read_group(self, file: HdfsFile, plan: GroupPlan, piece: Piece, policy: EcPolicy,
+                          arrival: Arrival | None) -> bytearray:
         output = read_buffer(piece.length)  # the units' spans cover it: every byte written or decoded
         reads = plan_group_read(policy, piece.offset_in_block, piece.length)
         dead = file.dead.setdefault(plan.start, set())
@@ -134,10 +137,17 @@ class StripedReader:
 
         # Without the block cache, each unit's packets land straight at their places in `output`.
         into = self.client.cached is None
+        if arrival is not None and into:
+            arrival.start(output, reads)
 
         async def healthy(read: UnitRead) -> None:
             placement = (output, read.placement(policy)) if into else None
-            data = await self._read_unit(file, plan, read.unit, read.start, read.length, dead, failed, placement)
+            progress = None
+            if placement is not None and arrival is not None:
+                def progress(upto: int, unit: int = read.unit, a: Arrival = arrival) -> None:
+                    a.delivered(unit, upto)
+            data = await self._read_unit(file, plan, read.unit, read.start, read.length, dead, failed, placement,
+                                         progress)
             if data is not None:
                 fetched[read.unit] = (read.start, data)
                 if placement is None:
@@ -192,17 +202,18 @@ class StripedReader:
                                       [read.unit], length)[read.unit]
 
     async def _read_unit(self, file: HdfsFile, plan: GroupPlan, unit: int, start: int, length: int,
-                         dead: set[str], failed: dict[int, str],
-                         into: tuple[bytearray, Placement] | None = None) -> bytes | bytearray | None:
+                         dead: set[str], failed: dict[int, str], into: tuple[bytearray, Placement] | None = None,
+                         progress: Callable[[int], None] | None = None) -> bytes | bytearray | None:
         """Exactly `length` bytes at `start` of one internal block, or None (recorded in `failed`).
-        `into` (no block cache): they go to a group buffer's places instead, returned.
+        `into` (no block cache): they go to a group buffer's places instead, returned, and
+        `progress` hears the in-block offset their verified bytes reach as they land.
 
         With the block cache on, an internal block is a block like any other: looked up first,
         stored after a read from its DataNode.
         """
         cached = self.client.cached
         if cached is None or unit not in plan.sources:
-            return await self._fetch_unit(file, plan, unit, start, length, dead, failed, None, into)
+            return await self._fetch_unit(file, plan, unit, start, length, dead, failed, None, into, progress)
         b = plan.sources[unit][0].block
         key = BlockKey(b.poolId, b.blockId, b.generationStamp)
 
@@ -214,7 +225,8 @@ class StripedReader:
 
     async def _fetch_unit(self, file: HdfsFile, plan: GroupPlan, unit: int, start: int, length: int,
                           dead: set[str], failed: dict[int, str], keep: list[dtp.ReadBlockParser] | None,
-                          into: tuple[bytearray, Placement] | None = None) -> bytearray | None:
+                          into: tuple[bytearray, Placement] | None = None,
+                          progress: Callable[[int], None] | None = None) -> bytearray | None:
         client = self.client
         sources = [s for s in plan.sources.get(unit, []) if s.address not in dead]
         if not sources:
@@ -225,7 +237,7 @@ class StripedReader:
             security = None if file.dn_security is None else file.dn_security.for_block(src.token)
             try:
                 return await read_replica(client.pool, src.address, request, start, length, src.what,
-                                          client.options.timeouts, client.stats, security, keep, into)
+                                          client.options.timeouts, client.stats, security, keep, into, progress)
             except dtp.InvalidBlockToken:
                 raise _TokenRefused from None
             except (HdfsError, ProtocolError) as e:

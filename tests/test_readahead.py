@@ -137,7 +137,8 @@ async def test_a_buffer_an_earlier_read_waits_for_is_not_dropped_by_a_later_one(
     arrive = trio.Event()
     fetched: list[tuple[int, int]] = []
 
-    async def fetch_range(file: object, offset: int, length: int, inline_tried: bool = False) -> bytes:
+    async def fetch_range(file: object, offset: int, length: int, inline_tried: bool = False,
+                          arrival: object = None) -> bytes:
         fetched.append((offset, length))
         if (offset, length) == (0, M):  # the first buffer: still arriving
             await arrive.wait()
@@ -197,7 +198,8 @@ async def test_a_replicated_files_prefetch_runs_as_concurrent_pieces() -> None:
     release = trio.Event()
     in_flight: list[tuple[int, int]] = []
 
-    async def fetch_range(file: object, offset: int, length: int, inline_tried: bool = False) -> bytes:
+    async def fetch_range(file: object, offset: int, length: int, inline_tried: bool = False,
+                          arrival: object = None) -> bytes:
         in_flight.append((offset, length))
         await release.wait()
         return bytes([offset // M % 251]) * length
@@ -221,3 +223,54 @@ async def test_a_replicated_files_prefetch_runs_as_concurrent_pieces() -> None:
             assert got is not None and bytes(got) == across
             ops._drop_chunks(handle, before=None)
             assert ops.budget.used == 0
+
+
+async def test_a_striped_window_serves_its_first_cells_before_its_last_arrive() -> None:
+    """A sequential reader of an erasure-coded file reads a readahead window's first cells as
+    soon as they land, not when the whole window (one striped read) has."""
+    from types import SimpleNamespace
+
+    import trio
+
+    from hdfsfuse.arrival import Arrival
+    from hdfsfuse.erasure import EcPolicy
+    from hdfsfuse.fs import _Chunk, _OpenFile
+    from hdfsfuse.striping import plan_group_read
+
+    policy = EcPolicy("t", "rs", 3, 2, M, 64)
+    rest = trio.Event()
+    window = bytes(i % 251 for i in range(3 * M))
+
+    async def fetch_range(file: object, offset: int, length: int, inline_tried: bool = False,
+                          arrival: Arrival | None = None) -> bytearray:
+        assert arrival is not None and (offset, length) == (0, 3 * M)
+        buffer = bytearray(length)
+        arrival.start(buffer, plan_group_read(policy, 0, length))
+        buffer[:M] = window[:M]  # unit 0's cell lands; units 1 and 2 are still on their way
+        arrival.delivered(0, M)
+        await rest.wait()
+        buffer[M:] = window[M:]
+        return buffer
+
+    async with trio.open_nursery() as nursery:
+        ops: Any = _operations(fetch_range, nursery)
+        file = SimpleNamespace(under_construction=False, length=FILE, path="/f", ec_policy=policy)
+        handle = ops._files[7] = _OpenFile(2, file, planner())  # type: ignore[arg-type]
+        assert ops.budget.try_take(3 * M)
+        chunk = _Chunk(0, 3 * M, arrival=Arrival())
+        handle.chunks.append(chunk)
+        nursery.start_soon(ops._prefetch, file, chunk)
+        await trio.testing.wait_all_tasks_blocked()
+        first = await ops._from_chunks(handle, 4096, M)  # inside unit 0's cell: no wait
+        assert first is not None and bytes(first) == window[4096:M] and not chunk.done.is_set()
+        got: list[bytes] = []
+
+        async def second() -> None:
+            data = await ops._from_chunks(handle, M - 10, M + 10)  # needs unit 1's cell
+            got.append(bytes(data))
+
+        nursery.start_soon(second)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []  # waits for it
+        rest.set()
+    assert got == [window[M - 10 : M + 10]]
