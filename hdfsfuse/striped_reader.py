@@ -17,6 +17,7 @@ locations once.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -142,10 +143,7 @@ class StripedReader:
 
         async def healthy(read: UnitRead) -> None:
             placement = (output, read.placement(policy)) if into else None
-            progress = None
-            if placement is not None and arrival is not None:
-                def progress(upto: int, unit: int = read.unit, a: Arrival = arrival) -> None:
-                    a.delivered(unit, upto)
+            progress = None if placement is None or arrival is None else functools.partial(arrival.delivered, read.unit)
             data = await self._read_unit(file, plan, read.unit, read.start, read.length, dead, failed, placement,
                                          progress)
             if data is not None:
