@@ -657,7 +657,6 @@ class HdfsOperations(pyfuse3.Operations):
         for chunk in covering:
             lo = max(start, chunk.offset) - chunk.offset
             hi = min(end, chunk.end) - chunk.offset
-            data = chunk.data
             if chunk.arrival is not None and not chunk.done.is_set() and await chunk.arrival.wait_for(hi):
                 data = chunk.arrival.buffer  # its bytes up to `hi` have landed, verified
             else:
