@@ -146,15 +146,14 @@ class StripedReader:
             progress = None if placement is None or arrival is None else functools.partial(arrival.delivered, read.unit)
             data = await self._read_unit(file, plan, read.unit, read.start, read.length, dead, failed, placement,
                                          progress)
-            if data is not None:
+            if data is not None and placement is None:
                 fetched[read.unit] = (read.start, data)
-                if placement is None:
-                    read.scatter(data, output)
+                read.scatter(data, output)
 
         await run_each(healthy, reads)
-        if failed and into:  # decoding needs the units read as their own bytes
+        if failed and into:  # decoding needs the units read (None only for those in `failed`) as their own bytes
             for read in reads:
-                if read.unit in fetched:
+                if read.unit not in failed:
                     fetched[read.unit] = (read.start, read.gather(output))
         for read in reads:
             if read.unit in failed:
