@@ -9,7 +9,7 @@
  *   crc(kind, data) -> the CRC of data
  *   take_data_packets(...) -> the packet loop of a READ_BLOCK response's common case (below)
  *   read_chunks(...) -> a local read of whole chunks and their checksums, verified (below)
- *   buffer(n) -> a bytearray of n bytes, not zeroed first
+ *   buffer(n[, align]) -> a bytearray of n bytes, not zeroed first (its start aligned)
  *
  * kind 1 is CRC32 (zlib's, reflected polynomial 0xEDB88320), kind 2 is CRC32C (Castagnoli,
  * reflected polynomial 0x82F63B78); both start from 0xFFFFFFFF and end XORed with it. CRC32C uses
@@ -375,17 +375,44 @@ static PyObject *read_chunks(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* buffer(n) -> a bytearray of n bytes that are not zeroed first (bytearray(n) writes n zeros). For
- * read buffers whose every byte a read writes before anyone sees it (see allocator.read_buffer). */
+/* buffer(n[, align]) -> a bytearray of n bytes that are not zeroed first (bytearray(n) writes n
+ * zeros). For read buffers whose every byte a read writes before anyone sees it (see
+ * allocator.read_buffer). With `align` (a power of two), its bytes start at a multiple of it, as
+ * O_DIRECT reads need: `align` more bytes are allocated, and the bytearray's start is moved past
+ * the padding the way `del b[:pad]` moves it (no copy), then its size set to n (which must be
+ * larger than `align`: CPython moves a bytearray shrunk below half its allocation). */
 static PyObject *buffer(PyObject *self, PyObject *args) {
-    Py_ssize_t n;
+    Py_ssize_t n, align = 1;
     (void)self;
-    if (!PyArg_ParseTuple(args, "n", &n)) return NULL;
+    if (!PyArg_ParseTuple(args, "n|n", &n, &align)) return NULL;
     if (n < 0) {
         PyErr_SetString(PyExc_ValueError, "buffer: negative size");
         return NULL;
     }
-    return PyByteArray_FromStringAndSize(NULL, n);
+    if (align < 1 || (align & (align - 1)) != 0 || align > (1 << 20)) {
+        PyErr_SetString(PyExc_ValueError, "buffer: align must be a power of two up to 1 MiB");
+        return NULL;
+    }
+    if (align == 1) return PyByteArray_FromStringAndSize(NULL, n);
+    if (n <= align) {  /* a smaller size would make CPython move the bytes to a new allocation */
+        PyErr_SetString(PyExc_ValueError, "buffer: an aligned buffer must be larger than its alignment");
+        return NULL;
+    }
+    if (n > PY_SSIZE_T_MAX - align) return PyErr_NoMemory();
+    PyObject *b = PyByteArray_FromStringAndSize(NULL, n + align);
+    if (b == NULL) return NULL;
+    Py_ssize_t pad = (Py_ssize_t)((align - ((uintptr_t)PyByteArray_AS_STRING(b) & (uintptr_t)(align - 1))) &
+                                  (uintptr_t)(align - 1));
+    if ((pad > 0 && PySequence_DelSlice(b, 0, pad) < 0) || PyByteArray_Resize(b, n) < 0) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    if (((uintptr_t)PyByteArray_AS_STRING(b) & (uintptr_t)(align - 1)) != 0) {  /* never, with CPython's bytearray */
+        Py_DECREF(b);
+        PyErr_SetString(PyExc_RuntimeError, "buffer: could not align the bytearray");
+        return NULL;
+    }
+    return b;
 }
 
 static PyMethodDef methods[] = {
@@ -398,7 +425,8 @@ static PyMethodDef methods[] = {
     {"read_chunks", read_chunks, METH_VARARGS,
      "read_chunks(kind, bpc, data_fd, data_pos, nbytes, sums_fd, sums_pos, nowait) -> (data, data_got, sums_got, "
      "bad): a local read of whole chunks and their checksums, verified without the GIL (see localio)"},
-    {"buffer", buffer, METH_VARARGS, "buffer(n) -> a bytearray of n bytes, not zeroed first"},
+    {"buffer", buffer, METH_VARARGS,
+     "buffer(n[, align]) -> a bytearray of n bytes, not zeroed first (starting at a multiple of align)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,10 +11,17 @@ the whole chunks its range touches, checks every one, and trims to the range:
 raise WouldBlock instead of waiting for a disk, so the trio loop may call them inline. With the
 C extension, a read's preads and its check are one call without the GIL (`read_chunks`), which
 reads and verifies 256 KiB at a time, each piece checked while it is still in the CPU's cache.
+
+`read_verified_direct` reads a large range with O_DIRECT: the disk's bytes land in the read's own
+buffer, with no copy out of the page cache (and no second copy of the block kept there):
+
+    buffered:  disk --DMA--> page cache --copy--> buffer --CRC, reply
+    direct:    disk --DMA--> buffer --CRC, reply
 """
 
 from __future__ import annotations
 
+import errno
 import os
 
 from hdfsfuse.checksum import Checksum, chunked_crc
@@ -22,6 +29,10 @@ from hdfsfuse.checksum import Checksum, chunked_crc
 # Both preads and the check in one call without the GIL (the C extension), when it is built.
 _read_chunks = getattr(chunked_crc, "read_chunks", None)
 _READ_PIECE = getattr(chunked_crc, "read_piece", 0)
+# An O_DIRECT read's buffer address, file offset and length: multiples of the device's logical
+# block size (512 or 4096 bytes), which 4096 covers.
+DIRECT_ALIGN = 4096
+_aligned_buffer = getattr(chunked_crc, "buffer", None)
 
 
 class WouldBlock(Exception):
@@ -94,5 +105,53 @@ def read_verified(
             raise ShortRead(f"{what}: the local files end before block offset {end}")
         checksum.verify(data, sums, start, what)
     if offset == start and length == len(data):
+        return data
+    return data[offset - start : offset - start + length]
+
+
+def open_direct(data_fd: int) -> int:
+    """A second open of `data_fd`'s file with O_DIRECT (through /proc/self/fd: the same inode,
+    however the file was passed), or -1 where that is refused (permissions, a filesystem
+    without direct I/O). The original stays buffered: small reads want the page cache."""
+    try:
+        return os.open(f"/proc/self/fd/{data_fd}", os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC)
+    except (OSError, AttributeError):  # AttributeError: no O_DIRECT on this platform
+        return -1
+
+
+def read_verified_direct(
+    direct_fd: int, data_fd: int, data_at: int, sums_fd: int, sums_at: int, checksum: Checksum, block_length: int,
+    offset: int, length: int, what: str,
+) -> bytes | bytearray:
+    """`read_verified` of the same range, its data read through `direct_fd` (an O_DIRECT open of
+    `data_fd`'s file) into an aligned buffer. Falls back to `read_verified` where the range's
+    start is not aligned, without the C extension, or when the filesystem refuses the read
+    (EINVAL). Raises what `read_verified` raises."""
+    bpc = checksum.bytes_per_checksum
+    first, count, start, end = chunk_span(offset, length, bpc, block_length)
+    pos = data_at + start
+    n = end - start
+    padded = -(-n // DIRECT_ALIGN) * DIRECT_ALIGN
+    if _aligned_buffer is None or pos % DIRECT_ALIGN or padded <= DIRECT_ALIGN:
+        return read_verified(data_fd, data_at, sums_fd, sums_at, checksum, block_length, offset, length, what)
+    data = _aligned_buffer(padded, DIRECT_ALIGN)
+    try:
+        got = os.preadv(direct_fd, [data], pos)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+        return read_verified(data_fd, data_at, sums_fd, sums_at, checksum, block_length, offset, length, what)
+    if got < n:  # the file ends early, or a read cut short: the rest through the page cache
+        rest = os.pread(data_fd, n - got, pos + got)
+        data[got : got + len(rest)] = rest
+        got += len(rest)
+        if got < n:
+            raise ShortRead(f"{what}: the local files end before block offset {end}")
+    del data[n:]
+    sums = os.pread(sums_fd, 4 * count, sums_at + 4 * first) if checksum.size else b""
+    if len(sums) != checksum.size * count:
+        raise ShortRead(f"{what}: the local files end before block offset {end}")
+    checksum.verify(data, sums, start, what)
+    if offset == start and length == n:
         return data
     return data[offset - start : offset - start + length]

@@ -45,7 +45,7 @@ from hdfsfuse.checksum import Checksum
 from hdfsfuse.dtp import InvalidBlockToken
 from hdfsfuse.errors import ChecksumMismatch, ConnectionLost
 from hdfsfuse.local_io_threads import LocalIoThreads
-from hdfsfuse.localio import ShortRead, WouldBlock, read_in, read_verified
+from hdfsfuse.localio import ShortRead, WouldBlock, open_direct, read_in, read_verified, read_verified_direct
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.stats import Stats
 from hdfsfuse.wire import NeedData, ProtocolError
@@ -126,6 +126,7 @@ class _Replica:
     slot: int
     users: int = 0
     dropped: bool = False
+    direct_fd: int = -2  # the data file opened again with O_DIRECT, for large reads; -1: refused; -2: not yet
 
     @property
     def block(self) -> tuple[str, int, int]:
@@ -136,9 +137,21 @@ class _Replica:
         return self.segment.valid(self.slot)
 
     def read(self, offset: int, length: int, what: str, *, nowait: bool = False) -> bytes | bytearray:
-        """[offset, offset+length) of the block, every chunk verified (localio.read_verified)."""
+        """[offset, offset+length) of the block, every chunk verified (localio.read_verified);
+        a large read through the O_DIRECT open, once `open_direct` made one."""
+        if length > INLINE_MAX and self.direct_fd >= 0 and not nowait:
+            return read_verified_direct(self.direct_fd, self.data_fd, 0, self.meta_fd, scp.META_HEADER.size,
+                                        self.checksum, self.length, offset, length, what)
         return read_verified(self.data_fd, 0, self.meta_fd, scp.META_HEADER.size, self.checksum, self.length,
                              offset, length, what, nowait=nowait)
+
+    def open_direct(self) -> None:
+        """Open the data file again with O_DIRECT, once (in the trio thread, before a large read
+        is handed to a worker). A large read is a sequential reader's: it then costs no copy out
+        of the page cache, and leaves no second copy of the block in memory beside the mount's
+        own pages."""
+        if self.direct_fd == -2:
+            self.direct_fd = open_direct(self.data_fd)
 
     def read_in(self, offset: int, length: int) -> None:
         """Start the disk reads of `read` without waiting (see localio.read_in)."""
@@ -147,6 +160,8 @@ class _Replica:
     def close_files(self) -> None:
         os.close(self.data_fd)
         os.close(self.meta_fd)
+        if self.direct_fd >= 0:
+            os.close(self.direct_fd)
 
 
 class ShortCircuitReads:
@@ -209,17 +224,19 @@ class ShortCircuitReads:
                 data = replica.read(offset, length, what, nowait=True)
             except WouldBlock:
                 # A small read asks the kernel for its chunks and checksums before the hand-over.
-                # A large one is a sequential reader's: it is left to the kernel's own readahead,
-                # whose marks keep the disk reading ahead of a stream of preads. Advice for the
-                # next range (POSIX_FADV_WILLNEED two lengths ahead, as this did) fills pages
-                # without those marks, so the kernel stopped reading ahead by itself, and cost
-                # CPU of its own. Measured cold, 1 GiB, 128 MiB blocks: the block files alone read
-                # at 615 MB/s with that advice and 1,550-1,780 without; `dd bs=1M` through the
-                # mount, three runs each, at 480-550 MB/s (1.75-1.95 ms of daemon CPU per MiB)
-                # with it and 620-730 (1.34-1.61 ms) without; the bench's W3 referee, three
-                # interleaved rounds, medians 531 and 551 MB/s (within its run-to-run spread).
+                # A large one is a sequential reader's (the mount's readahead pieces): it reads
+                # through an O_DIRECT open of the block file, straight into its own buffer. The
+                # mount keeps the bytes in its own pages; through the page cache they were copied
+                # out of a second copy there, and that copy's cost swung with the machine's
+                # memory: the bench's W3 referee (1 GiB, cold, five interleaved rounds in one
+                # run, Java's short-circuit stream read between) measured 640 MB/s and 2.6 ms of
+                # CPU per MiB through the page cache, 949 MB/s and 1.3 ms direct. (Advice for
+                # the next range, POSIX_FADV_WILLNEED, was tried before that and cost more than
+                # it gave.)
                 if length <= INLINE_MAX:
                     replica.read_in(offset, length)
+                else:
+                    replica.open_direct()
                 data = await self._local_io.run(replica.read, offset, length, what)
         except (ShortRead, ChecksumMismatch) as e:
             if self._changed(replica):  # an append rewrote the last chunk's CRC, or a truncate

@@ -1,6 +1,7 @@
 """Verified reads of local block files (localio.read_verified): the C extension's one-call read
 (`read_chunks`: both preads and the check without the GIL, 256 KiB at a time) against the
-Python path, on real files: exact bytes, the first bad chunk named, short files, RWF_NOWAIT."""
+Python path, on real files: exact bytes, the first bad chunk named, short files, RWF_NOWAIT; and
+large reads through an O_DIRECT open (`read_verified_direct`): the same answers, no page kept."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from hdfsfuse import localio
 from hdfsfuse.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum, chunked_crc
 from hdfsfuse.errors import ChecksumMismatch
 from hdfsfuse.localio import ShortRead, WouldBlock, read_verified
-from tests.page_residency import drop_pages
+from tests.page_residency import drop_pages, resident_pages
 
 pytestmark = pytest.mark.skipif(chunked_crc is None, reason="the _chunked_crc extension is not built")
 
@@ -126,3 +127,104 @@ def test_bad_arguments_are_refused() -> None:
         chunked_crc.read_chunks(2, 1000, 0, 0, 10, 0, 0, False)  # 1000 does not divide a 256 KiB piece
     with pytest.raises(OSError):
         chunked_crc.read_chunks(2, 512, -5, 0, 512, -5, 0, False)  # not a file descriptor
+
+
+# ----- O_DIRECT reads -------------------------------------------------------------------------------
+
+
+def _direct(f: Files, offset: int, length: int) -> object:
+    """`read_verified_direct`'s bytes, or the error's type and message (as `Files.read`)."""
+    fd = localio.open_direct(f.data_fd)
+    if fd < 0:
+        pytest.skip("this filesystem refuses O_DIRECT")
+    try:
+        return bytes(localio.read_verified_direct(fd, f.data_fd, 0, f.sums_fd, HEADER, f.checksum, len(f.block),
+                                                  offset, length, "blk_1"))
+    except (ChecksumMismatch, ShortRead) as e:
+        return (type(e).__name__, str(e))
+    finally:
+        os.close(fd)
+
+
+def test_aligned_buffers_start_at_a_multiple_of_their_alignment() -> None:
+    import ctypes
+    for n in (4097, 65_537, 2 * 1024 * 1024, 3_000_001):
+        for _ in range(20):
+            b = chunked_crc.buffer(n, 4096)
+            assert type(b) is bytearray and len(b) == n
+            assert ctypes.addressof((ctypes.c_char * n).from_buffer(b)) % 4096 == 0
+            b[-1:] = b"z"  # an ordinary bytearray: writable, resizable
+            b.extend(b"!")
+            assert len(b) == n + 1 and b[-2:] == b"z!"
+    for n, align in ((4096, 4096), (100, 4096), (10_000, 3), (10_000, 0), (-1, 4096)):
+        with pytest.raises(ValueError):
+            chunked_crc.buffer(n, align)
+
+
+@given(offset=st.integers(0, len(BLOCK) - 1), length=st.integers(1, len(BLOCK)))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.parametrize(("kind", "bpc"), [(CHECKSUM_CRC32C, 512), (CHECKSUM_CRC32, 4096), (CHECKSUM_NULL, 512)])
+def test_direct_and_buffered_reads_agree_on_every_range(files: dict[tuple[int, int], Files], kind: int, bpc: int,
+                                                        offset: int, length: int) -> None:
+    f = files[(kind, bpc)]
+    length = min(length, len(BLOCK) - offset)
+    assert _direct(f, offset, length) == f.read(offset, length, native=True) == BLOCK[offset : offset + length]
+
+
+def test_a_direct_read_keeps_no_page_of_the_data_in_memory(tmp_path: Path) -> None:
+    f = Files(tmp_path, CHECKSUM_CRC32C, 512)
+    try:
+        drop_pages(f.data)
+        assert _direct(f, 4096, 900_000) == BLOCK[4096:904_096]
+        assert not any(resident_pages(f.data))
+        assert f.read(4096, 900_000, native=True) == BLOCK[4096:904_096]  # a buffered read does keep them
+        assert sum(resident_pages(f.data)) >= 900_000 // 4096
+    finally:
+        f.close()
+
+
+@pytest.mark.parametrize("at", [4096, 300_001, len(BLOCK) - 1])
+def test_a_flipped_bit_is_found_by_a_direct_read(tmp_path: Path, at: int) -> None:
+    block = bytearray(BLOCK)
+    block[at] ^= 0x10
+    f = Files(tmp_path, CHECKSUM_CRC32C, 512, block=BLOCK)
+    try:
+        f.data.write_bytes(block)  # the checksums are still the good bytes'
+        drop_pages(f.data)
+        got = _direct(f, 0, len(BLOCK))
+        assert got == f.read(0, len(BLOCK), native=True)
+        assert got[0] == "ChecksumMismatch" and f"offset {at // 512 * 512}" in got[1]  # type: ignore[index]
+    finally:
+        f.close()
+
+
+def test_a_short_file_is_a_short_read_directly(tmp_path: Path) -> None:
+    f = Files(tmp_path, CHECKSUM_CRC32C, 512)
+    try:
+        with open(f.data, "r+b") as data:
+            data.truncate(600_000)
+        got = _direct(f, 0, len(BLOCK))
+        assert got[0] == "ShortRead"  # type: ignore[index]
+    finally:
+        f.close()
+
+
+def test_a_refused_direct_read_is_read_through_the_page_cache(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    def refuse(*_: object) -> int:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    f = Files(tmp_path, CHECKSUM_CRC32C, 512)
+    try:
+        monkeypatch.setattr(localio.os, "preadv", refuse)
+        assert _direct(f, 8192, 500_000) == BLOCK[8192:508_192]
+    finally:
+        f.close()
+
+
+def test_no_direct_open_of_what_is_not_a_file() -> None:
+    import socket
+    with socket.socket() as s:
+        assert localio.open_direct(s.fileno()) == -1

@@ -21,6 +21,7 @@ from hdfsfuse.stats import Stats
 from tests.conftest import random_bytes, wait_until
 from tests.minidfs import ClusterOptions, MiniDfs, short_circuit_unavailable, trusted_socket_base
 from tests.mounting import Mount
+from tests.page_residency import drop_pages, resident_pages
 from tests.test_reader import client_for, conf_with
 
 MiB = 1 << 20
@@ -83,6 +84,30 @@ def test_mount_reads_are_exact_and_never_touch_the_network(sc_cluster: MiniDfs, 
     assert stats["dtp_read_ops"] == 0
     # Once per block and DataNode: every replica is local here, and each open may start at another.
     assert 6 <= stats["short_circuit_fd_requests"] <= 6 * 3  # type: ignore[operator]
+
+
+def test_a_sequential_read_leaves_no_copy_of_the_blocks_in_memory(sc_cluster: MiniDfs, sc_dir: str, mount,  # type: ignore[no-untyped-def]
+                                                                    tmp_path: Path) -> None:
+    """Large local reads go through an O_DIRECT open of the block file: after `cat` of a file
+    through the mount, its bytes are in the mount's pages, not a second time in the replicas'."""
+    data = random_bytes(12 * MiB + 777, seed=1701)
+    (tmp_path / "src").write_bytes(data)
+    sc_cluster.put(tmp_path / "src", f"{sc_dir}/f")
+    ids = {f"blk_{b['block_id']}" for b in sc_cluster.blocks(f"{sc_dir}/f")}
+    replicas = [p for p in sc_cluster.replica_files() if p.name in ids]
+    assert len(replicas) == 3 * len(ids)  # every replica of every block, on this host
+    for replica in replicas:
+        drop_pages(replica)
+    m = mount(sc_cluster)
+    got = subprocess.run(["cat", m.path(f"{sc_dir}/f")], capture_output=True, check=True).stdout
+    assert got == data
+    resident = sum(sum(resident_pages(p)) for p in replicas)
+    pages = -(-len(data) // 4096)
+    # Small reads (the kernel's first requests, before readahead grows) may still go through
+    # the page cache; the bulk of the file must not.
+    assert resident <= pages // 10, f"{resident} of the blocks' {pages} pages were left in memory"
+    stats = _stats(m)
+    assert stats["short_circuit_bytes"] >= len(data) and stats["checksum_failures"] == 0  # type: ignore[operator]
 
 
 def test_a_replaced_file_under_an_open_fd_gives_old_bytes_or_eio(sc_cluster: MiniDfs, sc_dir: str, mount) -> None:  # type: ignore[no-untyped-def]
