@@ -130,6 +130,9 @@ def main() -> None:
         "w1_warm_vs_hdfs_native": ratio("W1 warm", "reads_per_s", "hdfs-native"),
         "w1_cold_vs_short_circuit_off": ratio("W1 cold", "reads_per_s", "hdfsfuse mount, short_circuit=off"),
         "w1_warm_vs_java_short_circuit": ratio("W1 warm", "reads_per_s", "Java pread, short-circuit"),
+        # The most any FUSE daemon written with pyfuse3 could show against hdfs-native here.
+        "w1_warm_floor_vs_hdfs_native": round(figures["W1 warm: FUSE floor (no-op pyfuse3 daemon)"]["reads_per_s"]
+                                              / figures["W1 warm: hdfs-native"]["reads_per_s"], 3),
         "w3_vs_colinmarc": ratio("W3 cold", "mb_per_s", "colinmarc/hdfs"),
         "w3_vs_short_circuit_off": ratio("W3 cold", "mb_per_s", "hdfsfuse mount, short_circuit=off"),
     }
