@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -160,11 +161,33 @@ def check_view(options: MountOptions, target: NameNodeTarget | ViewTarget) -> No
                           "requests run as the mount's user")
 
 
+FD_LIMIT = 65536  # open files the daemon asks for, within its hard limit
+
+
+def raise_fd_limit(wanted: int = FD_LIMIT) -> int:
+    """Raise this process's soft limit on open files toward its hard limit (to `wanted` at most),
+    and return the soft limit in force. A mount holds three descriptors for each block it reads
+    locally (its block and meta files, and the block file's O_DIRECT open; up to 256 blocks),
+    the block cache's files and its DataNode connections; a login shell's soft limit is often
+    1024, and its hard limit much higher (systemd's default is 524288)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as e:
+        log.warning("could not raise the open-file limit from %d to %d: %s", soft, target, e)
+        return soft
+    return target
+
+
 async def run_mount(
     source: str, target: NameNodeTarget | ViewTarget, mountpoint: str, options: MountOptions,
     ready: Callable[[], None], debug: bool = False, preflight_timeout: float = 10.0,
 ) -> None:
     """Mount, serve until told to stop, unmount. Raises before mounting if anything is wrong."""
+    raise_fd_limit()
     keep_read_buffers()
     shorten_switch_interval()
     stats = Stats()
