@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -61,3 +62,24 @@ def wait_until_resident(path: Path, pages: list[int]) -> None:
             return
         time.sleep(0.01)
     raise AssertionError(f"pages {pages} of {path} were never read in: {[p for p in pages if not resident[p]]}")
+
+
+def page_cache_bypass_unavailable(path: Path) -> str | None:
+    """Why an O_DIRECT read of files under `path` would still leave their pages in memory (or
+    could not be made), or None: a filesystem whose files live in memory (tmpfs), or one that
+    refuses O_DIRECT."""
+    fstype = subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True).stdout.strip()
+    if fstype in ("tmpfs", "ramfs"):
+        return f"{path} is on {fstype}: its files are pages in memory"
+    probe = path / ".o_direct_probe" if path.is_dir() else path
+    created = not probe.exists()
+    try:
+        if created:
+            probe.write_bytes(b"\0" * 8192)
+        os.close(os.open(probe, os.O_RDONLY | os.O_DIRECT))
+    except OSError as e:
+        return f"{path}: O_DIRECT refused ({e.strerror})"
+    finally:
+        if created:
+            probe.unlink(missing_ok=True)
+    return None

@@ -18,7 +18,7 @@ from hdfsfuse import localio
 from hdfsfuse.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum, chunked_crc
 from hdfsfuse.errors import ChecksumMismatch
 from hdfsfuse.localio import ShortRead, WouldBlock, read_verified
-from tests.page_residency import drop_pages, resident_pages
+from tests.page_residency import drop_pages, page_cache_bypass_unavailable, resident_pages
 
 pytestmark = pytest.mark.skipif(chunked_crc is None, reason="the _chunked_crc extension is not built")
 
@@ -172,6 +172,9 @@ def test_direct_and_buffered_reads_agree_on_every_range(files: dict[tuple[int, i
 
 
 def test_a_direct_read_keeps_no_page_of_the_data_in_memory(tmp_path: Path) -> None:
+    unavailable = page_cache_bypass_unavailable(tmp_path)
+    if unavailable is not None:
+        pytest.skip(unavailable)
     f = Files(tmp_path, CHECKSUM_CRC32C, 512)
     try:
         drop_pages(f.data)
