@@ -45,7 +45,16 @@ from typing import NoReturn
 
 from hdfsfuse.checksum import CHECKSUM_NULL, TYPE_NAMES, Checksum
 from hdfsfuse.errors import ChecksumMismatch
-from hdfsfuse.localio import ShortRead, WouldBlock, chunk_span, pread_nowait, read_verified
+from hdfsfuse.localio import (
+    DIRECT_MIN,
+    ShortRead,
+    WouldBlock,
+    chunk_span,
+    open_direct,
+    pread_nowait,
+    read_verified,
+    read_verified_direct,
+)
 from hdfsfuse.wire import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -86,6 +95,7 @@ class _OpenBlock:
     block_length: int
     users: int = 0
     doomed: bool = False
+    direct_fd: int = -2  # the file opened again with O_DIRECT, for large lookups; -1: refused; -2: not yet
     checksums_advised: float = -META_ADVICE_SECONDS  # when the kernel was last asked to read them in
 
     @property
@@ -93,10 +103,12 @@ class _OpenBlock:
         return _layout(self.block_length, self.checksum.bytes_per_checksum)
 
     def close(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        for fd in (self.fd, self.direct_fd):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
 
 def _layout(block_length: int, bpc: int) -> tuple[int, int]:
@@ -106,15 +118,17 @@ def _layout(block_length: int, bpc: int) -> tuple[int, int]:
     return flags_at, -(-(flags_at + chunks) // _PAGE) * _PAGE
 
 
-def _read_in(block: _OpenBlock, data_offset: int, data_length: int) -> None:
+def _read_in(block: _OpenBlock, data_offset: int, data_length: int, *, data: bool = True) -> None:
     """Start the disk reads a lookup needs, all at once: its data, and the block's checksums and
     flags (all of them, so its later lookups find them in memory). A lookup that must wait then
     waits for one disk read, not three in a row; the trio loop calls this before it hands the
     lookup to a thread, so the disk works during the hand-over. The checksums are asked for at
     most once a second per block: when they are in memory already, asking costs a walk of the
-    page cache. Advice that fails is only advice: the reads that follow tell."""
+    page cache. Advice that fails is only advice: the reads that follow tell. Without `data`,
+    only the checksums and flags (a direct read of the data follows, past the page cache)."""
     try:
-        os.posix_fadvise(block.fd, data_offset, data_length, os.POSIX_FADV_WILLNEED)
+        if data:
+            os.posix_fadvise(block.fd, data_offset, data_length, os.POSIX_FADV_WILLNEED)
         now = time.monotonic()
         if now - block.checksums_advised >= META_ADVICE_SECONDS:
             block.checksums_advised = now
@@ -238,21 +252,28 @@ class BlockCache:
             first, count, start, end = chunk_span(offset, length, bpc, block_length)
             flags_at, data_at = block.layout
             what = f"cached block {key.block_id}"
+            # A large lookup (a sequential reader's) reads its bytes with O_DIRECT: no copy out of
+            # the page cache, and no second copy of them there beside the mount's own pages.
+            direct = not nowait and end - start > DIRECT_MIN and self._direct_fd(block) >= 0
             try:
                 if not nowait:
-                    _read_in(block, data_at + start, end - start)
+                    _read_in(block, data_at + start, end - start, data=not direct)
                 flags = (pread_nowait if nowait else os.pread)(block.fd, count, flags_at + first)
                 if flags.count(_PRESENT) != count:
                     if reopen_on_miss:
                         self._forget(key)  # another mount may have replaced the file: reopen next time
                     return None
-                if count >= SEQUENTIAL_CHUNKS and end < block_length:
-                    # A readahead-sized lookup: a sequential reader. Have the kernel read the next
-                    # range of this file in the background, so the next lookup finds it in memory.
-                    ahead = min(end - start, block_length - end)
-                    os.posix_fadvise(block.fd, data_at + end, ahead, os.POSIX_FADV_WILLNEED)
-                data = read_verified(block.fd, data_at, block.fd, _HEADER.size, block.checksum, block_length,
-                                     offset, length, what, nowait=nowait)
+                if direct:
+                    data = read_verified_direct(block.direct_fd, block.fd, data_at, block.fd, _HEADER.size,
+                                                block.checksum, block_length, offset, length, what)
+                else:
+                    if count >= SEQUENTIAL_CHUNKS and end < block_length:
+                        # A readahead-sized lookup: a sequential reader. Have the kernel read the
+                        # next range in the background, so the next lookup finds it in memory.
+                        ahead = min(end - start, block_length - end)
+                        os.posix_fadvise(block.fd, data_at + end, ahead, os.POSIX_FADV_WILLNEED)
+                    data = read_verified(block.fd, data_at, block.fd, _HEADER.size, block.checksum, block_length,
+                                         offset, length, what, nowait=nowait)
             except WouldBlock:
                 _read_in(block, data_at + start, end - start)
                 raise
@@ -308,6 +329,14 @@ class BlockCache:
             for b in dropped:
                 self._doom(b)
         return block
+
+    def _direct_fd(self, block: _OpenBlock) -> int:
+        """The block's O_DIRECT open (made once, of the same inode as its fd), or -1."""
+        if block.direct_fd == -2:
+            with self._lock:
+                if block.direct_fd == -2:
+                    block.direct_fd = open_direct(block.fd)
+        return block.direct_fd
 
     def _release(self, block: _OpenBlock) -> None:
         with self._lock:

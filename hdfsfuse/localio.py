@@ -32,6 +32,7 @@ _READ_PIECE = getattr(chunked_crc, "read_piece", 0)
 # An O_DIRECT read's buffer address, file offset and length: multiples of the device's logical
 # block size (512 or 4096 bytes), which 4096 covers.
 DIRECT_ALIGN = 4096
+DIRECT_MIN = 128 * 1024  # larger reads are a sequential reader's, worth an O_DIRECT open
 _aligned_buffer = getattr(chunked_crc, "buffer", None)
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hdfsfuse import blockcache
 from hdfsfuse.blockcache import SUBDIR, BlockCache, BlockKey, CacheCorrupt
 from hdfsfuse.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum
-from tests.page_residency import drop_pages, resident_pages, wait_until_resident
+from tests.page_residency import drop_pages, page_cache_bypass_unavailable, resident_pages, wait_until_resident
 
 BPC = 512
 KEY = BlockKey("BP-1", 1073741825, 1001)
@@ -291,3 +291,35 @@ def test_inline_lookups_serve_hits_in_memory_and_leave_the_rest_to_the_usual_pat
     assert reads.read_now(block, 2 * BPC, 100) is None
     assert stats.block_cache_corrupt == 1 and not f.exists()
     assert stats.cache_hits["block_cache"] == 2
+
+
+def test_a_large_lookup_reads_its_bytes_past_the_page_cache_and_still_verifies_them(tmp_path: Path) -> None:
+    """A sequential reader's lookup (over 128 KiB) reads the block's bytes with O_DIRECT: exact,
+    every chunk verified (a flipped bit is a counted corruption), and none of the data's pages
+    left in memory; only the checksums and flags are read through the page cache."""
+    unavailable = page_cache_bypass_unavailable(tmp_path)
+    if unavailable is not None:
+        pytest.skip(unavailable)
+    chunks = 4096  # 2 MiB: a 20-byte header, 16 KiB of checksums, 4 KiB of flags, data from page 6
+    big = bytes((i * 13 + 5) % 251 for i in range(chunks * BPC))
+    cache = _cache(tmp_path)
+    _store(cache, 0, chunks, block=big)
+    path = _file(tmp_path)
+    drop_pages(path)
+    assert cache.read(KEY, len(big), 1000 * BPC + 3, 1 << 20) == big[1000 * BPC + 3 : 1000 * BPC + 3 + (1 << 20)]
+    data_pages = resident_pages(path)[6:]
+    assert not any(data_pages), f"{sum(data_pages)} data pages were left in memory"
+    assert cache.read(KEY, len(big), 0, len(big)) == big
+    assert cache.counters.corrupt == 0
+
+    with open(path, "r+b") as f:  # one bit of chunk 3000, on the disk
+        at = 6 * 4096 + 3000 * BPC + 17
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0x04]))
+    drop_pages(path)
+    with pytest.raises(CacheCorrupt):
+        cache.read(KEY, len(big), 2048 * BPC, 1 << 20)
+    assert cache.counters.corrupt == 1
+    assert cache.read(KEY, len(big), 0, 100) is None  # dropped: a miss from now on
