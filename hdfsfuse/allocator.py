@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 # Without the C extension, bytearray(n): zeroed, and as good.
 read_buffer: Callable[[int], bytearray] = getattr(chunked_crc, "buffer", bytearray)
+# aligned_buffer(n, align): the same, its bytes starting at a multiple of `align` (as O_DIRECT
+# reads need); None without the C extension.
+aligned_buffer: Callable[[int, int], bytearray] | None = getattr(chunked_crc, "buffer", None)
 
 M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
 M_MMAP_THRESHOLD = -3

@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import os
 
+from hdfsfuse.allocator import aligned_buffer
 from hdfsfuse.checksum import Checksum, chunked_crc
 
 # Both preads and the check in one call without the GIL (the C extension), when it is built.
@@ -33,7 +34,6 @@ _READ_PIECE = getattr(chunked_crc, "read_piece", 0)
 # block size (512 or 4096 bytes), which 4096 covers.
 DIRECT_ALIGN = 4096
 DIRECT_MIN = 128 * 1024  # larger reads are a sequential reader's, worth an O_DIRECT open
-_aligned_buffer = getattr(chunked_crc, "buffer", None)
 
 
 class WouldBlock(Exception):
@@ -133,9 +133,9 @@ def read_verified_direct(
     pos = data_at + start
     n = end - start
     padded = -(-n // DIRECT_ALIGN) * DIRECT_ALIGN
-    if _aligned_buffer is None or pos % DIRECT_ALIGN or padded <= DIRECT_ALIGN:
+    if aligned_buffer is None or pos % DIRECT_ALIGN or padded <= DIRECT_ALIGN:
         return read_verified(data_fd, data_at, sums_fd, sums_at, checksum, block_length, offset, length, what)
-    data = _aligned_buffer(padded, DIRECT_ALIGN)
+    data = aligned_buffer(padded, DIRECT_ALIGN)
     try:
         got = os.preadv(direct_fd, [data], pos)
     except OSError as e:

@@ -45,7 +45,15 @@ from hdfsfuse.checksum import Checksum
 from hdfsfuse.dtp import InvalidBlockToken
 from hdfsfuse.errors import ChecksumMismatch, ConnectionLost
 from hdfsfuse.local_io_threads import LocalIoThreads
-from hdfsfuse.localio import ShortRead, WouldBlock, open_direct, read_in, read_verified, read_verified_direct
+from hdfsfuse.localio import (
+    DIRECT_MIN,
+    ShortRead,
+    WouldBlock,
+    open_direct,
+    read_in,
+    read_verified,
+    read_verified_direct,
+)
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.stats import Stats
 from hdfsfuse.wire import NeedData, ProtocolError
@@ -139,7 +147,7 @@ class _Replica:
     def read(self, offset: int, length: int, what: str, *, nowait: bool = False) -> bytes | bytearray:
         """[offset, offset+length) of the block, every chunk verified (localio.read_verified);
         a large read through the O_DIRECT open, once `open_direct` made one."""
-        if length > INLINE_MAX and self.direct_fd >= 0 and not nowait:
+        if length > DIRECT_MIN and self.direct_fd >= 0 and not nowait:
             return read_verified_direct(self.direct_fd, self.data_fd, 0, self.meta_fd, scp.META_HEADER.size,
                                         self.checksum, self.length, offset, length, what)
         return read_verified(self.data_fd, 0, self.meta_fd, scp.META_HEADER.size, self.checksum, self.length,
@@ -235,7 +243,7 @@ class ShortCircuitReads:
                 # it gave.)
                 if length <= INLINE_MAX:
                     replica.read_in(offset, length)
-                else:
+                if length > DIRECT_MIN:
                     replica.open_direct()
                 data = await self._local_io.run(replica.read, offset, length, what)
         except (ShortRead, ChecksumMismatch) as e:

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 PROBE = """
-import json, resource, sys
+import json, resource
 soft, hard = {soft}, {hard}
 resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 from hdfsfuse.daemon import raise_fd_limit
