@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 import errno
 import logging
 import os
@@ -49,11 +50,13 @@ from hdfsfuse.localio import (
     DIRECT_MIN,
     ShortRead,
     WouldBlock,
+    chunk_preads,
     chunk_span,
     open_direct,
     pread_nowait,
     read_verified,
     read_verified_direct,
+    verified,
 )
 from hdfsfuse.wire import ProtocolError
 
@@ -136,6 +139,24 @@ def _read_in(block: _OpenBlock, data_offset: int, data_length: int, *, data: boo
             os.posix_fadvise(block.fd, _HEADER.size, data_at - _HEADER.size, os.POSIX_FADV_WILLNEED)
     except OSError:
         pass
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Lookup:
+    """A lookup begun by `BlockCache.begin_lookup`: its block, range and preads."""
+
+    key: BlockKey
+    block: _OpenBlock
+    offset: int
+    length: int
+    reads: list[tuple[int, int, int]]  # (fd, bytes, file offset): the data, its checksums, its flags
+
+
+class Recheck(enum.Enum):
+    RECHECK = "recheck"
+
+
+RECHECK = Recheck.RECHECK
 
 
 class CacheCorrupt(Exception):
@@ -289,6 +310,49 @@ class BlockCache:
             self._release(block)
         self._touch(key)
         return data
+
+    def begin_lookup(self, key: BlockKey, block_length: int, offset: int, length: int) -> Lookup:
+        """A lookup whose preads are done elsewhere (hdfsfuse.uring, concurrently): the block's
+        open files, taken until `finish_lookup`. Raises WouldBlock when they are not open (then
+        `read`, in a worker thread, opens them) and CacheCorrupt as `read` does."""
+        block = self._acquire(key, block_length, open_files=False)
+        assert block is not None
+        first, count, _, _ = chunk_span(offset, length, block.checksum.bytes_per_checksum, block_length)
+        flags_at, data_at = block.layout
+        _read_in(block, 0, 0, data=False)  # the block's checksums and flags, for its later lookups
+        reads = chunk_preads(block.fd, data_at, block.fd, _HEADER.size, block.checksum, block_length, offset, length)
+        reads.append((block.fd, count, flags_at + first))
+        return Lookup(key, block, offset, length, reads)
+
+    def finish_lookup(self, lookup: Lookup, got: list[bytearray] | OSError) -> bytes | bytearray | Recheck | None:
+        """The verified bytes of a lookup from `begin_lookup`, given what its preads returned
+        (data, checksums, flags), or None for a miss. RECHECK: the bytes did not verify; `read`
+        must tell, reading in order. A store writes a chunk's data, then its checksum, then its
+        flag, so `read`, which reads the flags first, never sees a flag before its data; reads
+        done at once may (a store racing the lookup), so a mismatch here proves nothing yet."""
+        key, block = lookup.key, lookup.block
+        try:
+            if isinstance(got, OSError):
+                self._forget(key)
+                self._error("reading", key, got)
+                return None
+            data, sums, flags = got
+            if len(flags) != lookup.reads[2][1] or flags.count(_PRESENT) != len(flags):
+                self._forget(key)  # another mount may have replaced the file: reopen next time
+                return None
+            try:
+                out = verified(data, sums, block.checksum, block.block_length, lookup.offset, lookup.length,
+                               f"cached block {key.block_id}")
+            except (ShortRead, ChecksumMismatch):
+                return RECHECK
+        finally:
+            self._release(block)
+        self._touch(key)
+        return out
+
+    def abandon_lookup(self, lookup: Lookup) -> None:
+        """End a lookup from `begin_lookup` whose reader went away (cancelled)."""
+        self._release(lookup.block)
 
     def _acquire(self, key: BlockKey, block_length: int, open_files: bool = True) -> _OpenBlock | None:
         """The block's open files, in use until `_release`; None when it is not cached.

@@ -7,10 +7,12 @@
       -> the fetched chunks (verified, chunk-aligned) are stored in the background, in a thread
 
 The trio loop only reads cache files that are open already, and only bytes the kernel holds in
-memory (RWF_NOWAIT: it cannot wait for a disk); everything else runs in worker threads. A
-`read_now` whose bytes are only on disk has asked the kernel to read them in; `read`, reached
-after the caller's awaits, tries memory once more before a thread, and found them there in 41-92%
-of cold lookups (seven rounds on this machine's disk; a thread hop costs more CPU than that). Stores
+memory (RWF_NOWAIT: it cannot wait for a disk). A `read_now` whose bytes are only on disk has
+asked the kernel to read them in; `read`, reached after the caller's awaits, tries memory once
+more, and found them there in 41-92% of cold lookups (seven rounds on this machine's disk). The
+rest wait for the disk through io_uring, the flags, checksums and data read at once
+(hdfsfuse.uring: no thread hop), or, where the kernel has no io_uring, in worker threads, as
+do lookups that must open a block's files and large ones. Stores
 that fall behind are dropped, not queued without bound: a cache is an optimisation, and a read
 never waits for one.
 """
@@ -24,7 +26,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from hdfsfuse import dtp
-from hdfsfuse.blockcache import BlockCache, BlockKey, CacheCorrupt
+from hdfsfuse.blockcache import RECHECK, BlockCache, BlockKey, CacheCorrupt, Recheck
 from hdfsfuse.local_io_threads import LocalIoThreads
 from hdfsfuse.localio import WouldBlock
 from hdfsfuse.proto import hdfs_pb2
@@ -114,7 +116,13 @@ class CachedReads:
                 # Small reads of bytes the kernel already holds: no thread hop (nothing can wait).
                 data = self.cache.read(key, block_length, offset, length, nowait=True)
             except WouldBlock:
-                data = await self._local_io.run(self.cache.read, key, block_length, offset, length)
+                got = await self._through_ring(key, block_length, offset, length)
+                if got is RECHECK:
+                    self.stats.local_disk_reads["thread"] += 1
+                    got = await self._local_io.run(self.cache.read, key, block_length, offset, length)
+                else:
+                    self.stats.local_disk_reads["io_uring"] += 1
+                data = got
         except CacheCorrupt:
             data = None
         self._sync_counters()
@@ -124,6 +132,27 @@ class CachedReads:
         self.stats.cache_hits["block_cache"] += 1
         self.stats.block_cache_served_bytes += len(data)
         return data
+
+    async def _through_ring(self, key: BlockKey, block_length: int, offset: int,
+                            length: int) -> bytes | bytearray | Recheck | None:
+        """A small lookup that waits for the disk, its preads done at once through io_uring
+        (no worker thread); RECHECK when that cannot tell (the block's files are not open, no
+        ring, bytes that did not verify), for `BlockCache.read` in a thread to decide."""
+        ring = self._local_io.ring
+        if length > NOWAIT_MAX or not ring.available:
+            return RECHECK
+        try:
+            lookup = self.cache.begin_lookup(key, block_length, offset, length)
+        except WouldBlock:
+            return RECHECK
+        try:
+            got: list[bytearray] | OSError = await ring.pread_many(lookup.reads)
+        except OSError as e:
+            got = e
+        except BaseException:
+            self.cache.abandon_lookup(lookup)
+            raise
+        return self.cache.finish_lookup(lookup, got)
 
     def _store_later(self, key: BlockKey, block_length: int, parser: dtp.ReadBlockParser) -> None:
         size = len(parser.kept_data)

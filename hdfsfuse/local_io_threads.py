@@ -10,6 +10,9 @@ results back through one eventfd, watched by one trio task:
          ^                                          |
          +-- reschedule(task, outcome) <-- watcher task <-- eventfd <-- done.append(job)
 
+Small reads that wait for a disk skip the threads where the kernel allows: `ring`
+(hdfsfuse.uring) reads them through io_uring, and `serve()` runs its reaper too.
+
 A cancelled reader abandons its job: it is not waited for, and its result is dropped when it
 arrives. The pool owns no trio task itself: `serve()` is the watcher, run by the client's
 nursery. Until it runs, jobs go to `trio.to_thread.run_sync` instead; jobs that finish after it
@@ -29,6 +32,8 @@ from typing import Any
 
 import outcome
 import trio
+
+from hdfsfuse.uring import UringReads
 
 THREADS = 4
 SWITCH_INTERVAL = 0.0005  # seconds; the interpreter's default is 0.005
@@ -72,6 +77,7 @@ class LocalIoThreads:
         self._running_lock = threading.Lock()
         self._serving = False
         self._token: trio.lowlevel.TrioToken | None = None
+        self.ring = UringReads()  # small reads that wait for a disk, with no thread (when available)
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """fn(*args) in a worker thread: its value, or what it raised."""
@@ -87,7 +93,13 @@ class LocalIoThreads:
         return await trio.lowlevel.wait_task_rescheduled(abandon)
 
     async def serve(self) -> None:
-        """Start the threads, and hand finished jobs back to their tasks until cancelled."""
+        """Start the threads and the ring, and hand finished jobs back to their tasks until
+        cancelled."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.ring.serve)
+            await self._serve_threads()
+
+    async def _serve_threads(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
         self._wakeup = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._running = len(self._threads)

@@ -102,9 +102,32 @@ def read_verified(
         pread = pread_nowait if nowait else os.pread
         sums = pread(sums_fd, 4 * count, sums_at + 4 * first) if checksum.size else b""
         data = pread(data_fd, end - start, data_at + start)
-        if len(data) != end - start or len(sums) != checksum.size * count:
-            raise ShortRead(f"{what}: the local files end before block offset {end}")
-        checksum.verify(data, sums, start, what)
+        return verified(data, sums, checksum, block_length, offset, length, what)
+    if offset == start and length == len(data):
+        return data
+    return data[offset - start : offset - start + length]
+
+
+def chunk_preads(data_fd: int, data_at: int, sums_fd: int, sums_at: int, checksum: Checksum, block_length: int,
+                 offset: int, length: int) -> list[tuple[int, int, int]]:
+    """The preads, (fd, bytes, offset), of `read_verified` of this range: its chunks, then their
+    checksums (none for CHECKSUM_NULL). For readers that do them elsewhere (hdfsfuse.uring),
+    then hand the bytes to `verified`."""
+    first, count, start, end = chunk_span(offset, length, checksum.bytes_per_checksum, block_length)
+    reads = [(data_fd, end - start, data_at + start)]
+    if checksum.size:
+        reads.append((sums_fd, 4 * count, sums_at + 4 * first))
+    return reads
+
+
+def verified(data: bytes | bytearray, sums: bytes | bytearray, checksum: Checksum, block_length: int,
+             offset: int, length: int, what: str) -> bytes | bytearray:
+    """Exactly [offset, offset+length) of the block, from the chunks and checksums that
+    `chunk_preads` read, every chunk verified. Raises ChecksumMismatch or ShortRead."""
+    _, count, start, end = chunk_span(offset, length, checksum.bytes_per_checksum, block_length)
+    if len(data) != end - start or len(sums) != checksum.size * count:
+        raise ShortRead(f"{what}: the local files end before block offset {end}")
+    checksum.verify(data, sums, start, what)
     if offset == start and length == len(data):
         return data
     return data[offset - start : offset - start + length]

@@ -44,6 +44,8 @@ class Stats:
     short_circuit_open_blocks: int = 0  # blocks whose local files are open now (a gauge)
     inotify_changes: int = 0  # changes the NameNode's edit stream reported (-o inotify)
     inotify_resyncs: int = 0  # times the edit stream was lost and every cached entry forgotten
+    # local reads (block cache, short-circuit) not answered inline from memory, by how: "io_uring", "thread"
+    local_disk_reads: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     files_changed: int = 0  # reads refused because an open file was replaced, truncated or deleted
     cache_hits: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     cache_misses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -97,6 +99,7 @@ def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failove
         "short_circuit_open_blocks": stats.short_circuit_open_blocks,
         "inotify_changes": stats.inotify_changes,
         "inotify_resyncs": stats.inotify_resyncs,
+        "local_disk_reads": dict(sorted(stats.local_disk_reads.items())),
         "files_changed": stats.files_changed,
         "namenode_failovers": namenode_failovers,
         "namenode_rpcs": dict(sorted(rpc_calls.items())),
@@ -133,6 +136,8 @@ _HELP = {
     "block_cache_corrupt": "Cached blocks that failed verification, dropped and read from HDFS instead.",
     "block_cache_errors": "Block cache lookups or stores that failed with an I/O error (such as a full disk).",
     "block_cache_used_bytes": "Bytes the persistent block cache holds on disk.",
+    "local_disk_reads": "Local reads (block cache, short-circuit) not answered inline from memory, by how they "
+                        "were done: io_uring, or a worker thread.",
     "short_circuit_reads": "Reads served from a local DataNode's block files (short-circuit), not over TCP.",
     "short_circuit_bytes": "Bytes read from local DataNodes' block files (short-circuit).",
     "short_circuit_fallbacks": "Reads of a local replica that went over TCP (short-circuit refused or failed).",

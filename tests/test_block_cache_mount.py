@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hdfsfuse import uring
 from tests.bench.run import daemon_pid
 from tests.conftest import random_bytes, wait_until
 from tests.minidfs import MiniDfs
@@ -68,6 +69,36 @@ def test_a_second_read_comes_from_the_cache(cluster: MiniDfs, data_dir: str, mou
     blocks = cluster.blocks(f"{data_dir}/f")
     names = {p.name for p in (tmp_path / "cache").rglob("*.blk")}
     assert {f"{b['block_id']}_{b['generation_stamp']}.blk" for b in blocks} == names
+
+
+def test_cold_cached_reads_wait_for_the_disk_through_io_uring(cluster: MiniDfs, data_dir: str, mount,  # type: ignore[no-untyped-def]
+                                                              tmp_path: Path) -> None:
+    """Small lookups whose bytes are only on disk are read through io_uring (no worker thread),
+    byte-exact, with none of them going to HDFS."""
+    data = cluster.put_bytes(random_bytes(4 * MiB, seed=186), f"{data_dir}/f")
+    m = mount(cluster, "direct_io", f"cache_dir={tmp_path}/cache")
+    _read_all(m, f"{data_dir}/f", data)
+    _stored(m, len(data))
+    os.sync()  # the cache's files written back, so dropping the page cache drops their pages
+    before, how_before = cluster.metrics_total(), dict(_stats(m)["local_disk_reads"])  # type: ignore[call-overload]
+    rng = random.Random(5)
+    fd = os.open(m.path(f"{data_dir}/f"), os.O_RDONLY)
+    try:
+        for _ in range(40):
+            Path("/proc/sys/vm/drop_caches").write_text("1\n")  # the cache's files back to disk only
+            off = rng.randrange(len(data) - 4096)
+            assert os.pread(fd, 4096, off) == data[off : off + 4096]
+    finally:
+        os.close(fd)
+    assert cluster.metrics_total()["BytesRead"] - before["BytesRead"] < 0.01 * len(data)
+    how = {k: v - how_before.get(k, 0) for k, v in _stats(m)["local_disk_reads"].items()}  # type: ignore[union-attr]
+    # Some lookups find their bytes in memory by the time they ask again (the first ask started
+    # the disk read); the others wait for the disk through io_uring, none in a worker thread.
+    if uring.unavailable() is None:
+        assert how.get("io_uring", 0) >= 1 and how.get("thread", 0) == 0, how
+    else:  # a kernel without io_uring (or with it disabled): worker threads, as before
+        assert how.get("thread", 0) >= 1, how
+    assert _n(m, "block_cache_corrupt") == 0
 
 
 def test_replaced_and_appended_files_read_their_new_bytes(cluster: MiniDfs, data_dir: str, mount,  # type: ignore[no-untyped-def]

@@ -323,3 +323,41 @@ def test_a_large_lookup_reads_its_bytes_past_the_page_cache_and_still_verifies_t
         cache.read(KEY, len(big), 2048 * BPC, 1 << 20)
     assert cache.counters.corrupt == 1
     assert cache.read(KEY, len(big), 0, 100) is None  # dropped: a miss from now on
+
+
+def _preads(reads: list[tuple[int, int, int]]) -> list[bytearray]:
+    """What hdfsfuse.uring's pread_many returns, done here with os.pread."""
+    return [bytearray(os.pread(fd, n, off)) for fd, n, off in reads]
+
+
+def test_a_lookup_whose_preads_run_elsewhere_is_exact_a_miss_or_rechecked(tmp_path: Path) -> None:
+    """begin_lookup / finish_lookup (the io_uring path): exact bytes, a miss for absent chunks,
+    and, for bytes that do not verify, RECHECK (never bytes): the ordered `read` then decides."""
+    cache = _cache(tmp_path)
+    _store(cache, 0, 6)
+    with pytest.raises(blockcache.WouldBlock):  # the block's files are not open yet: a thread opens them
+        cache.begin_lookup(KEY, len(BLOCK), 0, 10)
+    assert cache.read(KEY, len(BLOCK), 0, 10) == BLOCK[:10]
+    for offset, length in [(0, 10), (BPC - 1, 2), (3 * BPC + 5, 2 * BPC)]:
+        lookup = cache.begin_lookup(KEY, len(BLOCK), offset, length)
+        assert cache.finish_lookup(lookup, _preads(lookup.reads)) == BLOCK[offset : offset + length]
+    lookup = cache.begin_lookup(KEY, len(BLOCK), 5 * BPC, BPC + 1)  # one byte into chunk 6, not stored
+    assert cache.finish_lookup(lookup, _preads(lookup.reads)) is None
+    assert cache.read(KEY, len(BLOCK), 0, 10) == BLOCK[:10]  # the miss closed the files; reopened
+    lookup = cache.begin_lookup(KEY, len(BLOCK), 2 * BPC, 100)
+    got = _preads(lookup.reads)
+    got[0][7] ^= 0x10  # a bit flipped on disk
+    assert cache.finish_lookup(lookup, got) is blockcache.RECHECK
+    lookup = cache.begin_lookup(KEY, len(BLOCK), 2 * BPC, 100)
+    got = _preads(lookup.reads)
+    del got[0][-1]  # a file that ends early
+    assert cache.finish_lookup(lookup, got) is blockcache.RECHECK
+    assert cache.counters.corrupt == 0  # nothing proven yet
+    lookup = cache.begin_lookup(KEY, len(BLOCK), 0, 10)
+    assert cache.finish_lookup(lookup, OSError(5, "Input/output error")) is None
+    assert cache.counters.errors == 1
+    lookup = cache.begin_lookup(KEY, len(BLOCK), 0, 10) if cache.read(KEY, len(BLOCK), 0, 10) else None
+    assert lookup is not None
+    cache.abandon_lookup(lookup)  # a cancelled reader: the files are released, nothing counted
+    assert cache.counters.errors == 1 and cache.counters.corrupt == 0
+    cache.close()

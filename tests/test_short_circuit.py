@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from hdfsfuse import uring
 from hdfsfuse.proto import hdfs_pb2, rpc_pb2
 from hdfsfuse.short_circuit import ShortCircuitReads
 from hdfsfuse.stats import Stats
@@ -111,6 +112,41 @@ def test_a_sequential_read_leaves_no_copy_of_the_blocks_in_memory(sc_cluster: Mi
     assert resident <= pages // 10, f"{resident} of the blocks' {pages} pages were left in memory"
     stats = _stats(m)
     assert stats["short_circuit_bytes"] >= len(data) and stats["checksum_failures"] == 0  # type: ignore[operator]
+
+
+def test_small_reads_that_wait_for_the_disk_go_through_io_uring(sc_cluster: MiniDfs, sc_dir: str, mount,  # type: ignore[no-untyped-def]
+                                                                 tmp_path: Path) -> None:
+    """A small local read whose bytes are not in memory waits for the disk through io_uring
+    (no worker thread), byte-exact."""
+    data = random_bytes(3 * MiB + 99, seed=1702)
+    (tmp_path / "src").write_bytes(data)
+    sc_cluster.put(tmp_path / "src", f"{sc_dir}/f")
+    ids = {f"blk_{b['block_id']}" for b in sc_cluster.blocks(f"{sc_dir}/f")}
+    replicas = [p for p in sc_cluster.replica_files() if p.name in ids]
+    unavailable = page_cache_bypass_unavailable(replicas[0])
+    if unavailable is not None:
+        pytest.skip(unavailable)
+    m = mount(sc_cluster, "direct_io")
+    path = m.path(f"{sc_dir}/f")
+    with open(path, "rb") as f:
+        assert f.read(10) == data[:10]  # the local files are open now
+    how_before = dict(_stats(m)["local_disk_reads"])  # type: ignore[call-overload]
+    rng = random.Random(3)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _ in range(40):
+            for replica in replicas:
+                drop_pages(replica)
+            off = rng.randrange(len(data) - 4096)
+            assert os.pread(fd, 4096, off) == data[off : off + 4096]
+    finally:
+        os.close(fd)
+    how = {k: v - how_before.get(k, 0) for k, v in _stats(m)["local_disk_reads"].items()}  # type: ignore[union-attr]
+    if uring.unavailable() is None:
+        assert how.get("io_uring", 0) >= 1 and how.get("thread", 0) == 0, how
+    else:
+        assert how.get("thread", 0) >= 1, how
+    assert _stats(m)["checksum_failures"] == 0
 
 
 def test_a_replaced_file_under_an_open_fd_gives_old_bytes_or_eio(sc_cluster: MiniDfs, sc_dir: str, mount) -> None:  # type: ignore[no-untyped-def]
