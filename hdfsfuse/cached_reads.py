@@ -31,6 +31,7 @@ from hdfsfuse.local_io_threads import LocalIoThreads
 from hdfsfuse.localio import WouldBlock
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.stats import Stats
+from hdfsfuse.uring import RingClosed
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +148,9 @@ class CachedReads:
             return RECHECK
         try:
             got: list[bytearray] | OSError = await ring.pread_many(lookup.reads)
+        except RingClosed:
+            self.cache.abandon_lookup(lookup)
+            return RECHECK
         except OSError as e:
             got = e
         except BaseException:

@@ -58,7 +58,7 @@ from hdfsfuse.localio import (
 )
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.stats import Stats
-from hdfsfuse.uring import UringReads
+from hdfsfuse.uring import RingClosed, UringReads
 from hdfsfuse.wire import NeedData, ProtocolError
 
 log = logging.getLogger(__name__)
@@ -252,10 +252,14 @@ class ShortCircuitReads:
                 # CPU per MiB through the page cache, 949 MB/s and 1.3 ms direct. (Advice for
                 # the next range, POSIX_FADV_WILLNEED, was tried before that and cost more than
                 # it gave.)
+                data = None
                 if length <= INLINE_MAX and self._local_io.ring.available:
-                    self.stats.local_disk_reads["io_uring"] += 1
-                    data = await replica.read_through(self._local_io.ring, offset, length, what)
-                else:
+                    try:
+                        data = await replica.read_through(self._local_io.ring, offset, length, what)
+                        self.stats.local_disk_reads["io_uring"] += 1
+                    except RingClosed:
+                        pass
+                if data is None:
                     self.stats.local_disk_reads["thread"] += 1
                     if length <= INLINE_MAX:
                         replica.read_in(offset, length)

@@ -17,9 +17,11 @@ kernel reads into the buffers itself, and one eventfd wakes the loop:
 
 A batch's reads run concurrently (a cache lookup's flags, checksums and data: one wait, not
 three). A cancelled reader abandons its batch: its slots stay taken, and the kernel keeps
-writing into buffers the ring holds, until the completions are reaped. Without the C extension,
-or where the kernel refuses io_uring (old kernels, `kernel.io_uring_disabled`, seccomp), `ring`
-is None and callers use their worker threads.
+writing into buffers the ring holds, until the completions are reaped. Once the ring stops (the
+client closing, or a reaper that failed, which logs it), reads raise RingClosed, an OSError, and
+callers read another way. Without the C extension, or where the kernel refuses io_uring (old
+kernels, `kernel.io_uring_disabled`, seccomp), `available` is False and callers use their worker
+threads.
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ def unavailable() -> str | None:
     except OSError as e:
         return f"the kernel refuses io_uring: {e.strerror or e}"
     return None
+
+
+class RingClosed(OSError):
+    """The ring stopped (the client is closing, or its reaper failed): read another way."""
+
+    def __init__(self) -> None:
+        super().__init__(errno.ESHUTDOWN, "io_uring reads stopped")
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -104,12 +113,15 @@ class UringReads:
                 except BlockingIOError:
                     pass
                 self._complete(ring.reap())
+        except Exception as e:  # a background task: log, never escape; reads go to threads from now on
+            log.error("io_uring reads stopped: %s: %s; local reads that wait for a disk use threads",
+                      type(e).__name__, e)
         finally:
             self._ring = None
             for batch, _ in self._owner.values():
                 if batch.task is not None:  # its reader is being cancelled with us; wake it to see
                     task, batch.task = batch.task, None
-                    trio.lowlevel.reschedule(task, outcome.Error(trio.ClosedResourceError("io_uring closed")))
+                    trio.lowlevel.reschedule(task, outcome.Error(RingClosed()))
             self._owner.clear()
             self._slot_freed.set()
             ring.close()
@@ -133,11 +145,11 @@ class UringReads:
             raise ValueError(f"{len(reads)} reads at once, more than the ring's {self._slots} slots")
         while len(self._free) < len(reads):
             if self._ring is None:
-                raise trio.ClosedResourceError("io_uring closed")
+                raise RingClosed
             await self._slot_freed.wait()
         ring = self._ring
         if ring is None:
-            raise trio.ClosedResourceError("io_uring closed")
+            raise RingClosed
         batch = _Batch(trio.lowlevel.current_task(), [bytearray(n) for _, n, _ in reads], [0] * len(reads),
                        len(reads))
 

@@ -195,3 +195,29 @@ def test_the_c_ring_refuses_bad_arguments(tmp_path: Path) -> None:
     for slots in (0, 5000):
         with pytest.raises(ValueError, match="slots"):
             uring.Ring(slots)
+
+
+@needs_ring
+async def test_a_failing_reaper_logs_once_and_readers_fall_back(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    path, _ = _file(tmp_path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        async with trio.open_nursery() as nursery:  # nothing escapes it
+            ring = await _serving(nursery)
+            assert ring._ring is not None
+
+            def broken(done: list[tuple[int, int]]) -> None:
+                raise RuntimeError("a bug")
+
+            monkeypatch.setattr(ring, "_complete", broken)
+            with pytest.raises(uring.RingClosed) as e:  # an OSError: the callers' fallback
+                await ring.pread_many([(fd, 10, 0)])
+            assert isinstance(e.value, OSError)
+            assert not ring.available
+            with pytest.raises(uring.RingClosed):
+                await ring.pread_many([(fd, 10, 0)])
+    finally:
+        os.close(fd)
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "io_uring reads stopped: RuntimeError: a bug" in errors[0].getMessage()
