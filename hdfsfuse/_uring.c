@@ -7,7 +7,7 @@
  *   ring.submit() -> hand the queued reads to the kernel; the number it took
  *   ring.reap() -> [(slot, result), ...]: result is the bytes read, or -errno
  *   ring.in_flight -> reads queued or submitted and not reaped yet
- *   ring.close() -> waits for the reads in flight, then frees the ring (also on deallocation)
+ *   ring.close() -> cancels the reads in flight, waits for them, frees the ring (also on deallocation)
  *
  * A thread that hands a read to a worker thread and waits for it pays for two hand-overs: the
  * worker's wake-up and the waiter's. Through io_uring the kernel reads into the buffer itself and
@@ -53,6 +53,8 @@ typedef struct {
     Py_buffer *buffers; /* per slot; .obj is NULL when the slot is free */
 } Ring;
 
+#define CANCEL_TAG UINT64_MAX /* the user_data of a cancel request (not a slot) */
+
 static int enter(int fd, unsigned to_submit, unsigned min_complete, unsigned flags) {
     return (int)syscall(__NR_io_uring_enter, fd, to_submit, min_complete, flags, NULL, 0);
 }
@@ -84,11 +86,27 @@ static int reap_into(Ring *r, PyObject *out) {
 
 static void ring_close(Ring *r) {
     if (r->fd < 0) return;
-    if (r->queued) {
-        int n = enter(r->fd, r->queued, 0, 0);
+    /* Reads that could wait for long (a pipe, a hung file system) are asked to stop; then the
+     * kernel may still write into the buffers of the others: wait for every one. */
+    unsigned cancels = 0;
+    for (unsigned i = 0; i < r->slots; i++) {
+        if (r->buffers[i].obj == NULL) continue;
+        unsigned tail = *r->sq_tail;
+        unsigned index = tail & *r->sq_mask;
+        struct io_uring_sqe *sqe = &r->sqes[index];
+        memset(sqe, 0, sizeof *sqe);
+        sqe->opcode = IORING_OP_ASYNC_CANCEL;
+        sqe->addr = i; /* the user_data of the read to cancel */
+        sqe->user_data = CANCEL_TAG;
+        r->sq_array[index] = index;
+        __atomic_store_n(r->sq_tail, tail + 1, __ATOMIC_RELEASE);
+        cancels++;
+    }
+    /* the reads still queued go first, then the cancels */
+    if (cancels) {
+        int n = enter(r->fd, r->queued + cancels, 0, 0);
         if (n > 0) r->queued -= (unsigned)n < r->queued ? (unsigned)n : r->queued;
     }
-    /* The kernel may still write into the buffers of reads in flight: wait for every one. */
     while (r->in_flight > r->queued) {
         int n;
         Py_BEGIN_ALLOW_THREADS

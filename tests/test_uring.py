@@ -221,3 +221,25 @@ async def test_a_failing_reaper_logs_once_and_readers_fall_back(tmp_path: Path, 
         os.close(fd)
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "io_uring reads stopped: RuntimeError: a bug" in errors[0].getMessage()
+
+
+@needs_ring
+def test_closing_cancels_a_read_that_would_wait_forever() -> None:
+    import threading
+
+    r, w = os.pipe()  # nothing is ever written: the read would wait for ever
+    ring = uring.Ring(2)
+    ring.read(0, r, bytearray(5), 0)
+    ring.submit()
+    closer = threading.Thread(target=ring.close)
+    closer.start()
+    closer.join(10)
+    try:
+        assert not closer.is_alive(), "close() waited for a read that never completes"
+        assert ring.in_flight == 0 and ring.eventfd == -1
+    finally:
+        if closer.is_alive():
+            os.write(w, b"x")  # let it finish, so the test run can end
+            closer.join()
+        os.close(r)
+        os.close(w)
