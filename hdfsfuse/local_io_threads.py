@@ -10,8 +10,9 @@ results back through one eventfd, watched by one trio task:
          ^                                          |
          +-- reschedule(task, outcome) <-- watcher task <-- eventfd <-- done.append(job)
 
-Small reads that wait for a disk skip the threads where the kernel allows: `ring`
-(hdfsfuse.uring) reads them through io_uring, and `serve()` runs its reaper too.
+Reads that wait for a disk (small ones, and large O_DIRECT ones of local replicas) skip the
+threads where the kernel allows: `ring` (hdfsfuse.uring) reads them through io_uring, and
+`serve()` runs its reaper too.
 
 A cancelled reader abandons its job: it is not waited for, and its result is dropped when it
 arrives. The pool owns no trio task itself: `serve()` is the watcher, run by the client's

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from hdfsfuse import uring
 from hdfsfuse.proto import hdfs_pb2, rpc_pb2
@@ -112,6 +113,9 @@ def test_a_sequential_read_leaves_no_copy_of_the_blocks_in_memory(sc_cluster: Mi
     assert resident <= pages // 10, f"{resident} of the blocks' {pages} pages were left in memory"
     stats = _stats(m)
     assert stats["short_circuit_bytes"] >= len(data) and stats["checksum_failures"] == 0  # type: ignore[operator]
+    how = stats["local_disk_reads"]
+    if uring.unavailable() is None:  # the reads that waited for the disk went through io_uring, none to a thread
+        assert how.get("io_uring", 0) > 0 and how.get("thread", 0) == 0, how  # type: ignore[union-attr]
 
 
 def test_small_reads_that_wait_for_the_disk_go_through_io_uring(sc_cluster: MiniDfs, sc_dir: str, mount,  # type: ignore[no-untyped-def]
@@ -404,3 +408,49 @@ async def test_cached_files_stay_within_their_bound_and_slots_go_back(sc_cluster
             assert client.stats.short_circuit_fd_requests == 15  # 5 blocks, dropped and asked again each round
             reads.close()
             nursery.cancel_scope.cancel()
+
+
+@pytest.mark.skipif(uring.unavailable() is not None, reason=str(uring.unavailable()))
+async def test_a_large_local_read_through_io_uring_is_verified_and_exact(tmp_path: Path) -> None:
+    """The O_DIRECT read of a large range through io_uring (no worker thread): exact bytes for
+    aligned and unaligned ranges, every chunk verified, a short file refused. Local files only:
+    a replica's fds as a DataNode would pass them."""
+    from hdfsfuse import short_circuit_protocol as scp
+    from hdfsfuse.checksum import CHECKSUM_CRC32C, Checksum
+    from hdfsfuse.errors import ChecksumMismatch
+    from hdfsfuse.localio import ShortRead
+    from hdfsfuse.short_circuit import _Replica
+    from hdfsfuse.uring import UringReads
+
+    checksum = Checksum(CHECKSUM_CRC32C, 512)
+    data = random_bytes(3 * MiB + 1000, seed=1703)
+    (tmp_path / "blk").write_bytes(data)
+    (tmp_path / "meta").write_bytes(scp.META_HEADER.pack(1, CHECKSUM_CRC32C, 512) + checksum.compute(data))
+    if page_cache_bypass_unavailable(tmp_path / "blk") is not None:
+        pytest.skip(str(page_cache_bypass_unavailable(tmp_path / "blk")))
+    replica = _Replica(("s", "BP-1", 1, 1), os.open(tmp_path / "blk", os.O_RDONLY),
+                       os.open(tmp_path / "meta", os.O_RDONLY), checksum, len(data), None, None, 0)  # type: ignore[arg-type]
+    replica.open_direct()
+    assert replica.direct_fd >= 0
+    ring = UringReads()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ring.serve)
+            await trio.testing.wait_all_tasks_blocked()
+            tail = (len(data) - 200_000) // 4096 * 4096 + 5
+            for offset, length in [(0, MiB), (4096 * 3 + 17, 300_000), (tail, len(data) - tail),
+                                   (2 * MiB, len(data) - 2 * MiB)]:
+                got = await replica.read_direct_through(ring, offset, length, "blk")
+                assert got == data[offset : offset + length], (offset, length)
+            assert await replica.read_direct_through(ring, 512, 300_000, "blk") is None  # not 4 KiB-aligned
+            flipped = bytearray(data)
+            flipped[MiB + 4097] ^= 1
+            (tmp_path / "blk").write_bytes(flipped)
+            with pytest.raises(ChecksumMismatch, match=f"at block offset {MiB + 4096}"):
+                await replica.read_direct_through(ring, MiB, MiB, "blk")
+            os.truncate(tmp_path / "blk", 2 * MiB + 100)
+            with pytest.raises(ShortRead):
+                await replica.read_direct_through(ring, 2 * MiB, MiB, "blk")
+            nursery.cancel_scope.cancel()
+    finally:
+        replica.close_files()
