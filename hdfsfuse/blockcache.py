@@ -44,13 +44,14 @@ import threading
 import time
 from typing import NoReturn
 
+from hdfsfuse.allocator import aligned_buffer
 from hdfsfuse.checksum import CHECKSUM_NULL, TYPE_NAMES, Checksum
 from hdfsfuse.errors import ChecksumMismatch
 from hdfsfuse.localio import (
+    DIRECT_ALIGN,
     DIRECT_MIN,
     ShortRead,
     WouldBlock,
-    chunk_preads,
     chunk_span,
     open_direct,
     pread_nowait,
@@ -149,7 +150,9 @@ class Lookup:
     block: _OpenBlock
     offset: int
     length: int
-    reads: list[tuple[int, int, int]]  # (fd, bytes, file offset): the data, its checksums, its flags
+    reads: list[tuple[int, bytearray, int]]  # (fd, buffer, file offset): the data, its checksums, its flags
+    chunks: int  # how many the lookup covers (one flag byte each)
+    direct: bool  # the data through the block's O_DIRECT open, into an aligned buffer
 
 
 class Recheck(enum.Enum):
@@ -312,34 +315,51 @@ class BlockCache:
         return data
 
     def begin_lookup(self, key: BlockKey, block_length: int, offset: int, length: int) -> Lookup:
-        """A lookup whose preads are done elsewhere (hdfsfuse.uring, concurrently): the block's
-        open files, taken until `finish_lookup`. Raises WouldBlock when they are not open (then
-        `read`, in a worker thread, opens them) and CacheCorrupt as `read` does."""
+        """A lookup whose preads are done elsewhere (hdfsfuse.uring, concurrently) into the
+        buffers it gives: the block's open files, taken until `finish_lookup`. A large lookup
+        reads its data through the block's O_DIRECT open (as `read` does), into an aligned
+        buffer. Raises WouldBlock when the files are not open (then `read`, in a worker thread,
+        opens them) and CacheCorrupt as `read` does."""
         block = self._acquire(key, block_length, open_files=False)
         assert block is not None
-        first, count, _, _ = chunk_span(offset, length, block.checksum.bytes_per_checksum, block_length)
+        first, count, start, end = chunk_span(offset, length, block.checksum.bytes_per_checksum, block_length)
         flags_at, data_at = block.layout
+        n = end - start
+        padded = -(-n // DIRECT_ALIGN) * DIRECT_ALIGN
+        direct = (n > DIRECT_MIN and aligned_buffer is not None and (data_at + start) % DIRECT_ALIGN == 0
+                  and self._direct_fd(block) >= 0)
         _read_in(block, 0, 0, data=False)  # the block's checksums and flags, for its later lookups
-        reads = chunk_preads(block.fd, data_at, block.fd, _HEADER.size, block.checksum, block_length, offset, length)
-        reads.append((block.fd, count, flags_at + first))
-        return Lookup(key, block, offset, length, reads)
+        data = aligned_buffer(padded, DIRECT_ALIGN) if direct and aligned_buffer is not None else bytearray(n)
+        reads = [(block.direct_fd if direct else block.fd, data, data_at + start),
+                 (block.fd, bytearray(4 * count), _HEADER.size + 4 * first),
+                 (block.fd, bytearray(count), flags_at + first)]
+        return Lookup(key, block, offset, length, reads, count, direct)
 
-    def finish_lookup(self, lookup: Lookup, got: list[bytearray] | OSError) -> bytes | bytearray | Recheck | None:
-        """The verified bytes of a lookup from `begin_lookup`, given what its preads returned
-        (data, checksums, flags), or None for a miss. RECHECK: the bytes did not verify; `read`
-        must tell, reading in order. A store writes a chunk's data, then its checksum, then its
-        flag, so `read`, which reads the flags first, never sees a flag before its data; reads
-        done at once may (a store racing the lookup), so a mismatch here proves nothing yet."""
+    def finish_lookup(self, lookup: Lookup, got: list[int] | OSError) -> bytes | bytearray | Recheck | None:
+        """The verified bytes of a lookup from `begin_lookup`, given how many bytes each of its
+        preads read (data, checksums, flags), or None for a miss. RECHECK: `read` must tell,
+        reading in order: bytes that did not verify (a store writes a chunk's data, then its
+        checksum, then its flag, so `read`, which reads the flags first, never sees a flag
+        before its data; reads done at once may, with a store racing the lookup, so a mismatch
+        here proves nothing yet), or a direct read that failed or came up short."""
         key, block = lookup.key, lookup.block
         try:
             if isinstance(got, OSError):
+                if lookup.direct:
+                    return RECHECK  # the filesystem may refuse O_DIRECT here: `read` falls back
                 self._forget(key)
                 self._error("reading", key, got)
                 return None
-            data, sums, flags = got
-            if len(flags) != lookup.reads[2][1] or flags.count(_PRESENT) != len(flags):
+            (_, data, _), (_, sums, _), (_, flags, _) = lookup.reads
+            del data[min(got[0], len(data)) :], sums[got[1] :], flags[got[2] :]
+            if len(flags) != lookup.chunks or flags.count(_PRESENT) != len(flags):
                 self._forget(key)  # another mount may have replaced the file: reopen next time
                 return None
+            _, _, start, end = chunk_span(lookup.offset, lookup.length, block.checksum.bytes_per_checksum,
+                                          block.block_length)
+            if len(data) < end - start and lookup.direct:
+                return RECHECK
+            del data[end - start :]
             try:
                 out = verified(data, sums, block.checksum, block.block_length, lookup.offset, lookup.length,
                                f"cached block {key.block_id}")

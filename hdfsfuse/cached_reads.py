@@ -11,8 +11,8 @@ memory (RWF_NOWAIT: it cannot wait for a disk). A `read_now` whose bytes are onl
 asked the kernel to read them in; `read`, reached after the caller's awaits, tries memory once
 more, and found them there in 41-92% of cold lookups (seven rounds on this machine's disk). The
 rest wait for the disk through io_uring, the flags, checksums and data read at once
-(hdfsfuse.uring: no thread hop), or, where the kernel has no io_uring, in worker threads, as
-do lookups that must open a block's files and large ones. Stores
+(hdfsfuse.uring: no thread hop; a large lookup's data with O_DIRECT), or, where the kernel has
+no io_uring, in worker threads, as do lookups that must open a block's files. Stores
 that fall behind are dropped, not queued without bound: a cache is an optimisation, and a read
 never waits for one.
 """
@@ -136,18 +136,19 @@ class CachedReads:
 
     async def _through_ring(self, key: BlockKey, block_length: int, offset: int,
                             length: int) -> bytes | bytearray | Recheck | None:
-        """A small lookup that waits for the disk, its preads done at once through io_uring
-        (no worker thread); RECHECK when that cannot tell (the block's files are not open, no
-        ring, bytes that did not verify), for `BlockCache.read` in a thread to decide."""
+        """A lookup that waits for the disk, its preads done at once through io_uring (no
+        worker thread; a large one's data with O_DIRECT); RECHECK when that cannot tell (the
+        block's files are not open, no ring, bytes that did not verify), for `BlockCache.read`
+        in a thread to decide."""
         ring = self._local_io.ring
-        if length > NOWAIT_MAX or not ring.available:
+        if not ring.available:
             return RECHECK
         try:
             lookup = self.cache.begin_lookup(key, block_length, offset, length)
         except WouldBlock:
             return RECHECK
         try:
-            got: list[bytearray] | OSError = await ring.pread_many(lookup.reads)
+            got: list[int] | OSError = await ring.pread_into(lookup.reads)
         except RingClosed:
             self.cache.abandon_lookup(lookup)
             return RECHECK
