@@ -78,7 +78,7 @@ class LocalIoThreads:
         self._running_lock = threading.Lock()
         self._serving = False
         self._token: trio.lowlevel.TrioToken | None = None
-        self.ring = UringReads()  # small reads that wait for a disk, with no thread (when available)
+        self.ring = UringReads()  # reads that wait for a disk, with no thread (where the kernel allows)
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """fn(*args) in a worker thread: its value, or what it raised."""

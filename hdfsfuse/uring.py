@@ -75,7 +75,7 @@ class _Batch:
 
 
 class UringReads:
-    """One ring and its reaper. `available` says whether `pread_many` may be called."""
+    """One ring and its reaper. `available` says whether `pread_many` and `pread_into` may be called."""
 
     def __init__(self, slots: int = SLOTS) -> None:
         self._slots = slots
