@@ -34,7 +34,7 @@ from typing import Any
 import outcome
 import trio
 
-from hdfsfuse.uring import UringReads
+from hdfsfuse.uring import UringReads, wait_eventfd
 
 THREADS = 4
 SWITCH_INTERVAL = 0.0005  # seconds; the interpreter's default is 0.005
@@ -109,11 +109,7 @@ class LocalIoThreads:
         self._serving = True
         try:
             while True:
-                await trio.lowlevel.wait_readable(self._wakeup)
-                try:
-                    os.eventfd_read(self._wakeup)
-                except BlockingIOError:
-                    pass
+                await wait_eventfd(self._wakeup)
                 self._hand_back()
         finally:
             self._serving = False

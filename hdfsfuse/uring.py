@@ -60,6 +60,15 @@ def unavailable() -> str | None:
     return None
 
 
+async def wait_eventfd(fd: int) -> None:
+    """Wait until an eventfd (non-blocking) has been written to, and clear it."""
+    await trio.lowlevel.wait_readable(fd)
+    try:
+        os.eventfd_read(fd)
+    except BlockingIOError:  # another reader cleared it first
+        pass
+
+
 class RingClosed(OSError):
     """The ring stopped (the client is closing, or its reaper failed): read another way."""
 
@@ -109,11 +118,7 @@ class UringReads:
         assert ring is not None
         try:
             while True:
-                await trio.lowlevel.wait_readable(ring.eventfd)
-                try:
-                    os.eventfd_read(ring.eventfd)
-                except BlockingIOError:
-                    pass
+                await wait_eventfd(ring.eventfd)
                 self._complete(ring.reap())
         except Exception as e:  # a background task: log, never escape; reads go to threads from now on
             log.error("io_uring reads stopped: %s: %s; local reads that wait for a disk use threads",
