@@ -44,15 +44,14 @@ import threading
 import time
 from typing import NoReturn
 
-from hdfsfuse.allocator import aligned_buffer
 from hdfsfuse.checksum import CHECKSUM_NULL, TYPE_NAMES, Checksum
 from hdfsfuse.errors import ChecksumMismatch
 from hdfsfuse.localio import (
-    DIRECT_ALIGN,
     DIRECT_MIN,
     ShortRead,
     WouldBlock,
     chunk_span,
+    direct_buffer,
     open_direct,
     pread_nowait,
     read_verified,
@@ -325,11 +324,10 @@ class BlockCache:
         first, count, start, end = chunk_span(offset, length, block.checksum.bytes_per_checksum, block_length)
         flags_at, data_at = block.layout
         n = end - start
-        padded = -(-n // DIRECT_ALIGN) * DIRECT_ALIGN
-        direct = (n > DIRECT_MIN and aligned_buffer is not None and (data_at + start) % DIRECT_ALIGN == 0
-                  and self._direct_fd(block) >= 0)
+        direct_data = direct_buffer(data_at + start, n) if n > DIRECT_MIN and self._direct_fd(block) >= 0 else None
+        direct = direct_data is not None
+        data = direct_data if direct_data is not None else bytearray(n)
         _read_in(block, 0, 0, data=False)  # the block's checksums and flags, for its later lookups
-        data = aligned_buffer(padded, DIRECT_ALIGN) if direct and aligned_buffer is not None else bytearray(n)
         reads = [(block.direct_fd if direct else block.fd, data, data_at + start),
                  (block.fd, bytearray(4 * count), _HEADER.size + 4 * first),
                  (block.fd, bytearray(count), flags_at + first)]
@@ -351,16 +349,13 @@ class BlockCache:
                 self._error("reading", key, got)
                 return None
             (_, data, _), (_, sums, _), (_, flags, _) = lookup.reads
-            del data[min(got[0], len(data)) :], sums[got[1] :], flags[got[2] :]
+            _, _, start, end = chunk_span(lookup.offset, lookup.length, block.checksum.bytes_per_checksum,
+                                          block.block_length)
+            del data[min(got[0], end - start) :], sums[got[1] :], flags[got[2] :]
             if len(flags) != lookup.chunks or flags.count(_PRESENT) != len(flags):
                 self._forget(key)  # another mount may have replaced the file: reopen next time
                 return None
-            _, _, start, end = chunk_span(lookup.offset, lookup.length, block.checksum.bytes_per_checksum,
-                                          block.block_length)
-            if len(data) < end - start and lookup.direct:
-                return RECHECK
-            del data[end - start :]
-            try:
+            try:  # short bytes (ShortRead) or a mismatch
                 out = verified(data, sums, block.checksum, block.block_length, lookup.offset, lookup.length,
                                f"cached block {key.block_id}")
             except (ShortRead, ChecksumMismatch):

@@ -133,6 +133,16 @@ def verified(data: bytes | bytearray, sums: bytes | bytearray, checksum: Checksu
     return data[offset - start : offset - start + length]
 
 
+def direct_buffer(pos: int, n: int) -> bytearray | None:
+    """An aligned buffer for an O_DIRECT read of `n` bytes at file offset `pos` (rounded up to
+    whole 4 KiB blocks), or None where that read cannot be made: `pos` not aligned, a read of
+    one block or less, no C extension. Then read through the page cache."""
+    padded = -(-n // DIRECT_ALIGN) * DIRECT_ALIGN
+    if aligned_buffer is None or pos % DIRECT_ALIGN or padded <= DIRECT_ALIGN:
+        return None
+    return aligned_buffer(padded, DIRECT_ALIGN)
+
+
 def open_direct(data_fd: int) -> int:
     """A second open of `data_fd`'s file with O_DIRECT (through /proc/self/fd: the same inode,
     however the file was passed), or -1 where that is refused (permissions, a filesystem
@@ -155,10 +165,9 @@ def read_verified_direct(
     first, count, start, end = chunk_span(offset, length, bpc, block_length)
     pos = data_at + start
     n = end - start
-    padded = -(-n // DIRECT_ALIGN) * DIRECT_ALIGN
-    if aligned_buffer is None or pos % DIRECT_ALIGN or padded <= DIRECT_ALIGN:
+    data = direct_buffer(pos, n)
+    if data is None:
         return read_verified(data_fd, data_at, sums_fd, sums_at, checksum, block_length, offset, length, what)
-    data = aligned_buffer(padded, DIRECT_ALIGN)
     try:
         got = os.preadv(direct_fd, [data], pos)
     except OSError as e:
@@ -169,13 +178,6 @@ def read_verified_direct(
         rest = os.pread(data_fd, n - got, pos + got)
         data[got : got + len(rest)] = rest
         got += len(rest)
-        if got < n:
-            raise ShortRead(f"{what}: the local files end before block offset {end}")
-    del data[n:]
+    del data[min(got, n) :]
     sums = os.pread(sums_fd, 4 * count, sums_at + 4 * first) if checksum.size else b""
-    if len(sums) != checksum.size * count:
-        raise ShortRead(f"{what}: the local files end before block offset {end}")
-    checksum.verify(data, sums, start, what)
-    if offset == start and length == n:
-        return data
-    return data[offset - start : offset - start + length]
+    return verified(data, sums, checksum, block_length, offset, length, what)

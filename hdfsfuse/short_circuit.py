@@ -42,18 +42,17 @@ import trio
 from google.protobuf.message import Message
 
 from hdfsfuse import short_circuit_protocol as scp
-from hdfsfuse.allocator import aligned_buffer
 from hdfsfuse.checksum import Checksum
 from hdfsfuse.dtp import InvalidBlockToken
 from hdfsfuse.errors import ChecksumMismatch, ConnectionLost
 from hdfsfuse.local_io_threads import LocalIoThreads
 from hdfsfuse.localio import (
-    DIRECT_ALIGN,
     DIRECT_MIN,
     ShortRead,
     WouldBlock,
     chunk_preads,
     chunk_span,
+    direct_buffer,
     open_direct,
     read_in,
     read_verified,
@@ -174,13 +173,11 @@ class _Replica:
         concurrently through io_uring and verified here, with no worker thread; None where
         `read_verified_direct` would fall back to the page cache (an unaligned start, a
         refused read): then `read` in a thread."""
-        bpc = self.checksum.bytes_per_checksum
-        first, count, start, end = chunk_span(offset, length, bpc, self.length)
+        first, count, start, end = chunk_span(offset, length, self.checksum.bytes_per_checksum, self.length)
         n = end - start
-        padded = -(-n // DIRECT_ALIGN) * DIRECT_ALIGN
-        if aligned_buffer is None or self.direct_fd < 0 or start % DIRECT_ALIGN or padded <= DIRECT_ALIGN:
+        data = direct_buffer(start, n) if self.direct_fd >= 0 else None
+        if data is None:
             return None
-        data = aligned_buffer(padded, DIRECT_ALIGN)
         sums = bytearray(self.checksum.size * count)
         reads = [(self.direct_fd, data, start)]
         if sums:
@@ -195,9 +192,9 @@ class _Replica:
             rest = (await ring.pread_many([(self.data_fd, n - got[0], start + got[0])]))[0]
             data[got[0] : got[0] + len(rest)] = rest
             got[0] += len(rest)
-        del data[min(n, got[0]):]
-        if sums and got[1] < len(sums):
-            del sums[got[1]:]
+        del data[min(n, got[0]) :]
+        if sums:
+            del sums[got[1] :]
         return verified(data, sums, self.checksum, self.length, offset, length, what)
 
     def open_direct(self) -> None:
@@ -280,16 +277,12 @@ class ShortCircuitReads:
             except WouldBlock:
                 # A small read waits for its chunks and checksums through io_uring. A large one
                 # is a sequential reader's (the mount's readahead pieces): it reads through an
-                # O_DIRECT open of the block file, straight into its own buffer, through io_uring
-                # too (798 -> 907 MB/s against a worker thread, 1 GiB cold, four rounds); where
-                # the kernel has no io_uring, both go to worker threads. The
-                # mount keeps the bytes in its own pages; through the page cache they were copied
-                # out of a second copy there, and that copy's cost swung with the machine's
-                # memory: the bench's W3 referee (1 GiB, cold, five interleaved rounds in one
-                # run, Java's short-circuit stream read between) measured 640 MB/s and 2.6 ms of
-                # CPU per MiB through the page cache, 949 MB/s and 1.3 ms direct. (Advice for
-                # the next range, POSIX_FADV_WILLNEED, was tried before that and cost more than
-                # it gave.)
+                # O_DIRECT open of the block file straight into its own buffer (no copy out of the
+                # page cache, whose cost swung with the machine's memory: 640 MB/s buffered against
+                # 949 direct, 1 GiB cold, five rounds), through io_uring too (798 -> 907 MB/s
+                # against a worker thread, four rounds). Without io_uring, both go to the threads.
+                if length > DIRECT_MIN:
+                    replica.open_direct()
                 data = None
                 ring = self._local_io.ring
                 if ring.available:
@@ -297,7 +290,6 @@ class ShortCircuitReads:
                         if length <= INLINE_MAX:
                             data = await replica.read_through(ring, offset, length, what)
                         elif length > DIRECT_MIN:
-                            replica.open_direct()
                             data = await replica.read_direct_through(ring, offset, length, what)
                         if data is not None:
                             self.stats.local_disk_reads["io_uring"] += 1
@@ -307,8 +299,6 @@ class ShortCircuitReads:
                     self.stats.local_disk_reads["thread"] += 1
                     if length <= INLINE_MAX:
                         replica.read_in(offset, length)
-                    if length > DIRECT_MIN:
-                        replica.open_direct()
                     data = await self._local_io.run(replica.read, offset, length, what)
         except (ShortRead, ChecksumMismatch) as e:
             if self._changed(replica):  # an append rewrote the last chunk's CRC, or a truncate
