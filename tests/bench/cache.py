@@ -14,7 +14,11 @@ the cache's files on local disk, not from memory):
 - W1 hdfs-native and W1 without a cache (a plain mount), the same offsets;
 - W1 warm, for the mount with its cache and for hdfs-native: caches not dropped, the cache's
   files (or, for hdfs-native, the DataNodes' block files, by one sequential read) in the
-  kernel's memory beforehand, other offsets than W1's.
+  kernel's memory beforehand, other offsets than W1's;
+- the ceiling of a cold cached W1 for any pyfuse3 daemon: a cold cached read is a FUSE round
+  trip, then a disk read, so no daemon answers faster than the no-op one (`noop_fs`, W1's
+  offsets) plus the local disk alone (the same number of random 4 KiB reads of the cache's
+  files, each polled for: the fastest this disk gives them).
 
 Rounds are interleaved; medians are reported with CPU per read and DataNode BytesRead.
 Prints one JSON document.
@@ -29,6 +33,7 @@ from pathlib import Path
 
 from tests.bench.run import (
     Contender,
+    FloorMount,
     Result,
     _worker,
     daemon_pid,
@@ -64,7 +69,9 @@ def main() -> None:
         warm = Path(work) / "warm"
         warm.write_text("".join(f"{o} {n}\n" for o, n in random_reads(size, 200, 4096, True, 99)))
         plain = Mount(cluster)
+        floor = FloorMount({PATH: size})
         try:
+            floor_contender = Contender("FUSE floor", _worker("mount", cluster, floor), lambda: floor.proc.pid)
             native = Contender("hdfs-native", _worker("native", cluster))
             uncached = Contender("hdfsfuse mount, no cache", _worker("mount", cluster, plain),
                                  lambda: daemon_pid(plain))
@@ -89,6 +96,12 @@ def main() -> None:
                         measure(cluster, "W1", c, a.reads, c.argv(PATH, str(offsets2), str(warm), 1), cold=False))
                 finally:
                     cached.unmount()
+                disk = Contender("local disk", _worker("disk", cluster))
+                raw.setdefault("W1 local disk alone (the cache's files)", []).append(
+                    measure(cluster, "W1", disk, a.reads, disk.argv(str(cache_dir), str(offsets), str(warm), 1)))
+                raw.setdefault("W1 FUSE floor (no-op daemon)", []).append(
+                    measure(cluster, "W1", floor_contender, a.reads,
+                            floor_contender.argv(PATH, str(offsets), str(warm), 1)))
                 for name, contender in (("W1 hdfs-native", native), ("W1 hdfsfuse mount, no cache", uncached)):
                     raw.setdefault(name, []).append(
                         measure(cluster, "W1", contender, a.reads, contender.argv(PATH, str(offsets), str(warm), 1)))
@@ -98,14 +111,22 @@ def main() -> None:
                 print(f"round {rep + 1} done", flush=True)
         finally:
             plain.unmount()
+            floor.unmount()
     figures = {name: summary(rs, size if name.startswith("W3") else a.reads * 4096) for name, rs in raw.items()}
     first, second = figures["W3 first (cache empty)"], figures["W3 second (from the cache)"]
+    ceiling = 1 / sum(1 / figures[name]["reads_per_s"]
+                      for name in ("W1 FUSE floor (no-op daemon)", "W1 local disk alone (the cache's files)"))
     report = {
         "file": {"size": size, "block_size": 128 * MiB, "reads": a.reads, "reps": a.reps},
         "figures": figures,
         "second_vs_first_sequential": round(second["mb_per_s"] / first["mb_per_s"], 3),
         "cached_w1_vs_hdfs_native": round(figures["W1 hdfsfuse mount + cache"]["reads_per_s"]
                                           / figures["W1 hdfs-native"]["reads_per_s"], 3),
+        # A cold cached read through FUSE is a FUSE round trip, then a disk read: no daemon can
+        # answer faster than the no-op one plus the disk alone.
+        "cold_w1_ceiling_reads_per_s": round(ceiling, 1),
+        "cold_w1_ceiling_vs_hdfs_native": round(ceiling / figures["W1 hdfs-native"]["reads_per_s"], 3),
+        "cached_w1_vs_ceiling": round(figures["W1 hdfsfuse mount + cache"]["reads_per_s"] / ceiling, 3),
         "warm_cached_w1_vs_warm_hdfs_native": round(figures["W1 warm: hdfsfuse mount + cache"]["reads_per_s"]
                                                     / figures["W1 warm: hdfs-native"]["reads_per_s"], 3),
     }

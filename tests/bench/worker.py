@@ -1,6 +1,6 @@
 """One benchmark contender in a process of its own, driven by the referee (`tests.bench.run`).
 
-    python -m tests.bench.worker --kind mount|library|native --path P --offsets FILE
+    python -m tests.bench.worker --kind mount|library|native|disk --path P --offsets FILE
         [--warmup-offsets FILE] [--threads N] [--mount-dir D] [--uri U --conf-dir C]
 
 The same rule as the Java contender (`Bench.java`): do the warm-up reads, print `warmed`, wait
@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 MiB = 1 << 20
 Reads = list[tuple[int, int]]
@@ -147,9 +148,54 @@ def native(a: argparse.Namespace, reads: Reads, warmup: Reads) -> None:
     _sync_and_time(lambda: work(warmup), sequential if a.offsets == "seq" else lambda: _threads(work, reads, a.threads))
 
 
+def disk(a: argparse.Namespace, reads: Reads, warmup: Reads) -> None:
+    """The local disk alone, the floor under any read of a file on it: `--path` a directory,
+    each read 4 KiB-aligned somewhere in one of its files (picked by the offset). Each read is
+    polled for, not slept on (through io_uring where it is built, else RWF_NOWAIT retries): a
+    thread that sleeps on a disk pays for waking a halted vCPU besides, so this is the fastest
+    a cold 4 KiB read comes off this disk."""
+    import glob
+
+    files = [f for f in sorted(glob.glob(os.path.join(a.path, "**", "*"), recursive=True))
+             if os.path.isfile(f) and os.path.getsize(f) >= 1 * MiB]
+    fds = [os.open(f, os.O_RDONLY) for f in files]
+    sizes = [os.fstat(fd).st_size for fd in fds]
+    for fd in fds:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+    ring: Any = None
+    try:
+        from hdfsfuse._uring import Ring
+
+        ring = Ring(1)
+    except (ImportError, OSError):
+        pass
+
+    def read(fd: int, buf: bytearray, pos: int) -> int:
+        if ring is not None:
+            ring.read(0, fd, buf, pos)
+            ring.submit()
+            while not (done := ring.reap()):
+                pass
+            return int(done[0][1])
+        while True:
+            try:
+                return os.preadv(fd, [buf], pos, os.RWF_NOWAIT)
+            except BlockingIOError:
+                pass
+
+    def work(part: Reads) -> int:
+        total = 0
+        for off, n in part:
+            i = off // 4096 % len(fds)
+            total += read(fds[i], bytearray(n), off % (sizes[i] - n) // 4096 * 4096)
+        return total
+
+    _sync_and_time(lambda: work(warmup), lambda: work(reads))
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--kind", choices=["mount", "library", "native"], required=True)
+    p.add_argument("--kind", choices=["mount", "library", "native", "disk"], required=True)
     p.add_argument("--path", required=True)
     p.add_argument("--offsets", required=True)
     p.add_argument("--warmup-offsets")
@@ -159,7 +205,7 @@ def main() -> None:
     p.add_argument("--conf-dir")
     a = p.parse_args()
     reads = [] if a.offsets == "seq" else _offsets(a.offsets)
-    {"mount": mount, "library": library, "native": native}[a.kind](a, reads, _offsets(a.warmup_offsets))
+    {"mount": mount, "library": library, "native": native, "disk": disk}[a.kind](a, reads, _offsets(a.warmup_offsets))
 
 
 if __name__ == "__main__":
