@@ -69,7 +69,10 @@ def main() -> None:
             tempfile.TemporaryDirectory() as work:
         cluster.set_ec_policy("/ec", "RS-3-2-1024k")
         local = Path(work) / "data"
-        local.write_bytes(random.Random(1).randbytes(size))
+        rng = random.Random(1)
+        with local.open("wb") as f:  # in pieces: randbytes takes at most 256 MiB at once
+            for start in range(0, size, 64 * MiB):
+                f.write(rng.randbytes(min(64 * MiB, size - start)))
         cluster.put(local, PATH)
         local.unlink()
 
