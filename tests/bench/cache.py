@@ -69,9 +69,10 @@ def main() -> None:
         warm = Path(work) / "warm"
         warm.write_text("".join(f"{o} {n}\n" for o, n in random_reads(size, 200, 4096, True, 99)))
         plain = Mount(cluster)
-        floor = FloorMount({PATH: size})
+        floor: FloorMount | None = None
         try:
-            floor_contender = Contender("FUSE floor", _worker("mount", cluster, floor), lambda: floor.proc.pid)
+            floor = FloorMount({PATH: size})
+            floor_contender = Contender("FUSE floor", _worker("mount", cluster, floor), lambda f=floor: f.proc.pid)
             native = Contender("hdfs-native", _worker("native", cluster))
             uncached = Contender("hdfsfuse mount, no cache", _worker("mount", cluster, plain),
                                  lambda: daemon_pid(plain))
@@ -111,7 +112,8 @@ def main() -> None:
                 print(f"round {rep + 1} done", flush=True)
         finally:
             plain.unmount()
-            floor.unmount()
+            if floor is not None:
+                floor.unmount()
     figures = {name: summary(rs, size if name.startswith("W3") else a.reads * 4096) for name, rs in raw.items()}
     first, second = figures["W3 first (cache empty)"], figures["W3 second (from the cache)"]
     ceiling = 1 / sum(1 / figures[name]["reads_per_s"]

@@ -176,7 +176,10 @@ def disk(a: argparse.Namespace, reads: Reads, warmup: Reads) -> None:
             ring.submit()
             while not (done := ring.reap()):
                 pass
-            return int(done[0][1])
+            got = int(done[0][1])
+            if got < 0:
+                raise OSError(-got, os.strerror(-got))
+            return got
         while True:
             try:
                 return os.preadv(fd, [buf], pos, os.RWF_NOWAIT)
