@@ -153,7 +153,7 @@ def disk(a: argparse.Namespace, reads: Reads, warmup: Reads) -> None:
     each read 4 KiB-aligned somewhere in one of its files (picked by the offset). Each read is
     polled for, not slept on (through io_uring where it is built, else RWF_NOWAIT retries): a
     thread that sleeps on a disk pays for waking a halted vCPU besides, so this is the fastest
-    a cold 4 KiB read comes off this disk."""
+    a cold 4 KiB read comes off this disk. One thread: the ring has one slot."""
     import glob
 
     files = [f for f in sorted(glob.glob(os.path.join(a.path, "**", "*"), recursive=True))
