@@ -254,7 +254,7 @@ class BlockCache:
     # ----- lookups --------------------------------------------------------------------------------
 
     def read(self, key: BlockKey, block_length: int, offset: int, length: int, *,
-             nowait: bool = False, reopen_on_miss: bool = True) -> bytes | bytearray | None:
+             nowait: bool = False, reopen_on_miss: bool = True, read_in: bool = True) -> bytes | bytearray | None:
         """Exactly [offset, offset+length) of a block, verified, or None when not all cached.
 
         Raises CacheCorrupt (after dropping the block) when stored bytes fail verification.
@@ -262,6 +262,8 @@ class BlockCache:
         (RWF_NOWAIT), so the caller's thread never waits for a disk; raises WouldBlock otherwise.
         `reopen_on_miss`: a miss closes the block's files, so the next lookup opens its path again
         (another mount may have replaced the file); False for a lookup that another one follows.
+        `read_in`: before raising WouldBlock, ask the kernel to start reading the bytes in; False
+        when the caller reads them itself at once.
         """
         try:
             block = self._acquire(key, block_length, open_files=not nowait)
@@ -298,7 +300,8 @@ class BlockCache:
                     data = read_verified(block.fd, data_at, block.fd, _HEADER.size, block.checksum, block_length,
                                          offset, length, what, nowait=nowait)
             except WouldBlock:
-                _read_in(block, data_at + start, end - start)
+                if read_in:
+                    _read_in(block, data_at + start, end - start)
                 raise
             except ShortRead:
                 self._corrupt(key, f"files end before block offset {end}")

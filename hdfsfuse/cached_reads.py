@@ -1,14 +1,22 @@
 """Reads through the persistent block cache, over trio (the cache itself is `hdfsfuse.blockcache`).
 
     read_now(block, offset, length)    the hot path: a small hit in memory, inline, or None
+      spin=True (the mount's only read)  bytes only on disk: read through io_uring, polled for
     read(key, offset, length, fetch)
       -> cache lookup: verified bytes, or a miss
       -> miss: one fetch per (block, range) at a time; readers of the same range wait for it
       -> the fetched chunks (verified, chunk-aligned) are stored in the background, in a thread
 
 The trio loop only reads cache files that are open already, and only bytes the kernel holds in
-memory (RWF_NOWAIT: it cannot wait for a disk). A `read_now` whose bytes are only on disk has
-asked the kernel to read them in; `read`, reached after the caller's awaits, tries memory once
+memory (RWF_NOWAIT: it cannot wait for a disk), with one exception. When the mount has no other
+read waiting (`spin`), `read_now` submits a cold lookup's preads to io_uring and polls the
+completion queue for up to SPIN_NS, with no await and no eventfd: the loop has nothing else to
+do, and a CPU that polls is awake when the disk answers, where one parked in epoll must be woken
+(cold cached 4 KiB reads through the mount, interleaved A/B rounds: 6,194 against 4,854 reads/s,
+1.28x, with less CPU per read). A lookup that takes longer is left to complete on its own, and
+the reader goes the usual way.
+
+Otherwise a `read_now` whose bytes are only on disk has asked the kernel to read them in; `read`, reached after the caller's awaits, tries memory once
 more, and found them there in 41-92% of cold lookups (seven rounds on this machine's disk). The
 rest wait for the disk through io_uring, the flags, checksums and data read at once
 (hdfsfuse.uring: no thread hop; a large lookup's data with O_DIRECT), or, where the kernel has
@@ -38,6 +46,7 @@ log = logging.getLogger(__name__)
 MAX_PENDING_STORE_BYTES = 64 * 1024 * 1024
 NOWAIT_MAX = 128 * 1024  # larger lookups verify in a thread even when their bytes are in memory
 RESCAN_SECONDS = 30.0
+SPIN_NS = 250_000  # how long an inline lookup polls for the disk: a cold 4 KiB read here takes ~50 us
 
 Fetch = Callable[[list[dtp.ReadBlockParser]], Awaitable[bytes | bytearray | None]]
 
@@ -60,18 +69,24 @@ class CachedReads:
         self._threads = trio.CapacityLimiter(4)  # stores and rescans: in the background
         self._pending = 0  # bytes waiting to be stored
 
-    def read_now(self, block: hdfs_pb2.ExtendedBlockProto, offset: int, length: int) -> bytes | bytearray | None:
+    def read_now(self, block: hdfs_pb2.ExtendedBlockProto, offset: int, length: int, *,
+                 spin: bool = False) -> bytes | bytearray | None:
         """A small read of a finalized block that the cache holds in files already open and the
         kernel holds in memory: looked up inline, with no await and no thread hop. None sends
         the caller to `read` (a miss, a disk to wait for, a corrupt entry), which handles it,
-        and which reopens the block's files after a miss (so this lookup leaves them open)."""
+        and which reopens the block's files after a miss (so this lookup leaves them open).
+        `spin` (the caller has nothing else to do meanwhile): bytes only on disk are read
+        through io_uring, polled for up to SPIN_NS, before giving up."""
         if length > NOWAIT_MAX:
             return None
         key = BlockKey(block.poolId, block.blockId, block.generationStamp)
         try:
-            data = self.cache.read(key, block.numBytes, offset, length, nowait=True, reopen_on_miss=False)
+            data = self.cache.read(key, block.numBytes, offset, length, nowait=True, reopen_on_miss=False,
+                                   read_in=not spin)
         except WouldBlock:
-            return None
+            if not spin:
+                return None
+            data = self._read_spinning(key, block.numBytes, offset, length)
         except CacheCorrupt:
             self._sync_counters()
             return None
@@ -80,6 +95,32 @@ class CachedReads:
         self.stats.cache_hits["block_cache"] += 1
         self.stats.block_cache_served_bytes += len(data)
         return data
+
+    def _read_spinning(self, key: BlockKey, block_length: int, offset: int, length: int) -> bytes | bytearray | None:
+        """A lookup through io_uring, the completions polled for with no await (`pread_spinning`):
+        the verified bytes, or None for `read` to settle (not done in time, RECHECK, a miss)."""
+        ring = self._local_io.ring
+        if not ring.available:
+            return None
+        try:
+            lookup = self.cache.begin_lookup(key, block_length, offset, length)
+        except (WouldBlock, CacheCorrupt):
+            return None
+        try:
+            got: list[int] | OSError | None = ring.pread_spinning(lookup.reads, SPIN_NS)
+        except RingClosed:
+            got = None
+        except OSError as e:
+            got = e
+        except BaseException:
+            self.cache.abandon_lookup(lookup)
+            raise
+        if got is None:
+            self.cache.abandon_lookup(lookup)
+            return None
+        self.stats.local_disk_reads["io_uring_spun"] += 1
+        data = self.cache.finish_lookup(lookup, got)
+        return None if data is RECHECK else data
 
     async def read(self, key: BlockKey, block_length: int, offset: int, length: int, fetch: Fetch,
                    still_current: Callable[[], bool]) -> bytes | bytearray | None:

@@ -176,6 +176,7 @@ class HdfsOperations(pyfuse3.Operations):
         self._next_fh = 1
         self._cache_keys: dict[int, tuple[int, int]] = {}  # inode -> (mtime, length) of the kept page cache
         self.budget = ReadaheadBudget(options.readahead_total)
+        self._reads_waiting = 0  # reads past the inline try, awaiting their bytes
 
     # ----- helpers --------------------------------------------------------------------------------
 
@@ -619,20 +620,24 @@ class HdfsOperations(pyfuse3.Operations):
             if decision.length == 0:
                 return b""
             tried = decision.prefetch is None and not handle.chunks
-            if tried:
-                data = self.client.read_now(file, off, decision.length)  # a local replica's files: no wait
+            if tried:  # the block cache's or a local replica's files: no await; alone, it may poll a disk
+                data = self.client.read_now(file, off, decision.length, spin=self._reads_waiting == 0)
             if data is None:
-                with trio.CancelScope(deadline=trio.current_time() + self.options.request_timeout):
-                    end = off + decision.length
-                    if decision.prefetch is not None:
-                        self._start_prefetch(handle, *decision.prefetch)
-                    elif not decision.sequential:
-                        self._drop_chunks(handle, before=None)
-                    data = await self._from_chunks(handle, off, end) if handle.chunks else None
-                    if data is None:
-                        data = await self.client.fetch_range(file, off, decision.length, inline_tried=tried)
-                    if handle.chunks:
-                        self._drop_chunks(handle, before=off)
+                self._reads_waiting += 1
+                try:
+                    with trio.CancelScope(deadline=trio.current_time() + self.options.request_timeout):
+                        end = off + decision.length
+                        if decision.prefetch is not None:
+                            self._start_prefetch(handle, *decision.prefetch)
+                        elif not decision.sequential:
+                            self._drop_chunks(handle, before=None)
+                        data = await self._from_chunks(handle, off, end) if handle.chunks else None
+                        if data is None:
+                            data = await self.client.fetch_range(file, off, decision.length, inline_tried=tried)
+                        if handle.chunks:
+                            self._drop_chunks(handle, before=off)
+                finally:
+                    self._reads_waiting -= 1
                 if data is None:
                     raise trio.TooSlowError
         except Exception as e:

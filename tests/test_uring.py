@@ -243,3 +243,78 @@ def test_closing_cancels_a_read_that_would_wait_forever() -> None:
             closer.join()
         os.close(r)
         os.close(w)
+
+
+@needs_ring
+async def test_a_spun_batch_reads_what_pread_reads_with_no_await(tmp_path: Path) -> None:
+    path, data = _file(tmp_path)
+    fd = os.open(path, os.O_RDONLY)
+    closed = 999_999  # no such descriptor
+    try:
+        async with trio.open_nursery() as nursery:
+            ring = await _serving(nursery)
+            bufs = [bytearray(4096), bytearray(100), bytearray(50)]
+            got = ring.pread_spinning([(fd, bufs[0], 8192), (fd, bufs[1], 3), (fd, bufs[2], len(data) - 20)],
+                                      10_000_000_000)
+            assert got == [4096, 100, 20]  # short at the end of the file
+            assert [bytes(b[:n]) for b, n in zip(bufs, got, strict=True)] == [data[8192:12288], data[3:103], data[-20:]]
+            with pytest.raises(OSError) as e:
+                ring.pread_spinning([(fd, bytearray(10), 0), (closed, bytearray(10), 0)], 10_000_000_000)
+            assert e.value.errno == errno.EBADF
+            nursery.cancel_scope.cancel()
+    finally:
+        os.close(fd)
+
+
+@needs_ring
+async def test_a_spun_batch_not_done_in_time_gives_none_and_its_slots_come_back(tmp_path: Path) -> None:
+    """A read still waiting when the poll gives up completes on its own; so does one that
+    completed during the quiet poll (its completion signalled no eventfd) but was not reaped:
+    the reaper is told to look, and the slot comes back to the next reader."""
+    path, data = _file(tmp_path)
+    fd = os.open(path, os.O_RDONLY)
+    r, w = os.pipe()
+    try:
+        async with trio.open_nursery() as nursery:
+            ring = await _serving(nursery, slots=1)
+            assert ring.pread_spinning([(r, bytearray(5), 0)], 1_000_000) is None  # a pipe nobody wrote to
+            os.write(w, b"hello")
+            with trio.fail_after(10):
+                assert [bytes(b) for b in await ring.pread_many([(fd, 3, 1)])] == [data[1:4]]
+            # A page-cache read completes within the submit, unsignalled; no time left to reap it.
+            assert ring.pread_spinning([(fd, bytearray(10), 0)], 0) is None
+            with trio.fail_after(10):
+                assert [bytes(b) for b in await ring.pread_many([(fd, 4, 9)])] == [data[9:13]]
+            nursery.cancel_scope.cancel()
+    finally:
+        for f in (fd, r, w):
+            os.close(f)
+
+
+@needs_ring
+async def test_a_spun_batch_reaps_other_readers_completions_for_them(tmp_path: Path) -> None:
+    path, data = _file(tmp_path)
+    fd = os.open(path, os.O_RDONLY)
+    r, w = os.pipe()
+    got: list[bytes] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            ring = await _serving(nursery, slots=4)
+
+            async def waiter() -> None:
+                got.extend(bytes(b) for b in await ring.pread_many([(r, 5, 0)]))
+
+            nursery.start_soon(waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            os.write(w, b"hello")  # the waiter's read completes while the poll below is quiet
+            buf = bytearray(7)
+            assert ring.pread_spinning([(fd, buf, 100)], 10_000_000_000) == [7]
+            assert bytes(buf) == data[100:107]
+            with trio.fail_after(10):
+                while not got:
+                    await trio.sleep(0.001)
+            assert got == [b"hello"]
+            nursery.cancel_scope.cancel()
+    finally:
+        for f in (fd, r, w):
+            os.close(f)
