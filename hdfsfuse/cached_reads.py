@@ -16,13 +16,13 @@ do, and a CPU that polls is awake when the disk answers, where one parked in epo
 1.28x, with less CPU per read). A lookup that takes longer is left to complete on its own, and
 the reader goes the usual way.
 
-Otherwise a `read_now` whose bytes are only on disk has asked the kernel to read them in; `read`, reached after the caller's awaits, tries memory once
-more, and found them there in 41-92% of cold lookups (seven rounds on this machine's disk). The
-rest wait for the disk through io_uring, the flags, checksums and data read at once
-(hdfsfuse.uring: no thread hop; a large lookup's data with O_DIRECT), or, where the kernel has
-no io_uring, in worker threads, as do lookups that must open a block's files. Stores
-that fall behind are dropped, not queued without bound: a cache is an optimisation, and a read
-never waits for one.
+Otherwise a `read_now` whose bytes are only on disk has asked the kernel to read them in;
+`read`, reached after the caller's awaits, tries memory once more, and found them there in
+41-92% of cold lookups (seven rounds on this machine's disk). The rest wait for the disk through
+io_uring, the flags, checksums and data read at once (hdfsfuse.uring: no thread hop; a large
+lookup's data with O_DIRECT), or, where the kernel has no io_uring, in worker threads, as do
+lookups that must open a block's files. Stores that fall behind are dropped, not queued without
+bound: a cache is an optimisation, and a read never waits for one.
 """
 
 from __future__ import annotations
