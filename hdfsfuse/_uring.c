@@ -6,8 +6,6 @@
  *   ring.read(slot, fd, buffer, offset) -> queue a read of len(buffer) bytes at offset into buffer
  *   ring.submit() -> hand the queued reads to the kernel; the number it took
  *   ring.reap() -> [(slot, result), ...]: result is the bytes read, or -errno
- *   ring.spin(ns) -> True once completions wait in the CQ, False after `ns` nanoseconds without
- *   ring.quiet(flag) -> completions stop (or start again) signalling the eventfd
  *   ring.in_flight -> reads queued or submitted and not reaped yet
  *   ring.close() -> cancels the reads in flight, waits for them, frees the ring (also on deallocation)
  *
@@ -36,7 +34,6 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -51,7 +48,7 @@ typedef struct {
     struct io_uring_sqe *sqes;
     size_t sqes_size;
     unsigned *sq_tail, *sq_mask, *sq_array;
-    unsigned *cq_head, *cq_tail, *cq_mask, *cq_flags;
+    unsigned *cq_head, *cq_tail, *cq_mask;
     struct io_uring_cqe *cqes;
     Py_buffer *buffers; /* per slot; .obj is NULL when the slot is free */
 } Ring;
@@ -196,7 +193,6 @@ static int ring_init(Ring *r, PyObject *args, PyObject *kwds) {
     r->cq_head = (unsigned *)(cq + p.cq_off.head);
     r->cq_tail = (unsigned *)(cq + p.cq_off.tail);
     r->cq_mask = (unsigned *)(cq + p.cq_off.ring_mask);
-    r->cq_flags = p.cq_off.flags ? (unsigned *)(cq + p.cq_off.flags) : NULL;
     r->cqes = (struct io_uring_cqe *)(cq + p.cq_off.cqes);
     r->eventfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (r->eventfd < 0) goto fail;
@@ -285,48 +281,6 @@ static PyObject *ring_reap(Ring *r, PyObject *unused) {
     return out;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ volatile("yield");
-#endif
-}
-
-/* Poll the CQ in memory (no syscall, the GIL released) until a completion waits or `ns` pass.
- * A CPU that polls is awake when the completion lands: one that sleeps in epoll pays to be woken. */
-static PyObject *ring_spin(Ring *r, PyObject *arg) {
-    long long ns = PyLong_AsLongLong(arg);
-    if (ns == -1 && PyErr_Occurred()) return NULL;
-    if (check_open(r) < 0) return NULL;
-    int found;
-    Py_BEGIN_ALLOW_THREADS
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    long long deadline = (long long)t.tv_sec * 1000000000LL + t.tv_nsec + ns;
-    for (;;) {
-        found = __atomic_load_n(r->cq_tail, __ATOMIC_ACQUIRE) != *r->cq_head;
-        if (found) break;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((long long)t.tv_sec * 1000000000LL + t.tv_nsec >= deadline) break;
-        cpu_relax();
-    }
-    Py_END_ALLOW_THREADS
-    return PyBool_FromLong(found);
-}
-
-/* Completions stop (or start again) signalling the eventfd: IORING_CQ_EVENTFD_DISABLED. */
-static PyObject *ring_quiet(Ring *r, PyObject *arg) {
-    int quiet = PyObject_IsTrue(arg);
-    if (quiet < 0 || check_open(r) < 0) return NULL;
-    if (r->cq_flags == NULL) Py_RETURN_FALSE;
-    if (quiet)
-        __atomic_or_fetch(r->cq_flags, IORING_CQ_EVENTFD_DISABLED, __ATOMIC_SEQ_CST);
-    else
-        __atomic_and_fetch(r->cq_flags, ~(unsigned)IORING_CQ_EVENTFD_DISABLED, __ATOMIC_SEQ_CST);
-    Py_RETURN_TRUE;
-}
-
 static PyObject *ring_close_method(Ring *r, PyObject *unused) {
     ring_close(r);
     Py_RETURN_NONE;
@@ -340,10 +294,6 @@ static PyMethodDef ring_methods[] = {
      "read(slot, fd, buffer, offset): queue a read of len(buffer) bytes at offset into buffer"},
     {"submit", (PyCFunction)ring_submit, METH_NOARGS, "submit() -> how many queued reads the kernel took"},
     {"reap", (PyCFunction)ring_reap, METH_NOARGS, "reap() -> [(slot, bytes read or -errno), ...]"},
-    {"spin", (PyCFunction)ring_spin, METH_O,
-     "spin(ns) -> True once completions wait to be reaped, False when `ns` nanoseconds passed first"},
-    {"quiet", (PyCFunction)ring_quiet, METH_O,
-     "quiet(flag) -> False where the kernel cannot: completions stop (or start again) signalling the eventfd"},
     {"close", (PyCFunction)ring_close_method, METH_NOARGS, "close(): wait for the reads in flight, free the ring"},
     {NULL, NULL, 0, NULL},
 };

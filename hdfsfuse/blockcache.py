@@ -372,6 +372,10 @@ class BlockCache:
         """End a lookup from `begin_lookup` whose reader went away (cancelled)."""
         self._release(lookup.block)
 
+    def is_open(self, key: BlockKey) -> bool:
+        """Whether lookups keep the block's files open (a `nowait` lookup can read them)."""
+        return (key.pool, key.stem()) in self._open
+
     def _acquire(self, key: BlockKey, block_length: int, open_files: bool = True) -> _OpenBlock | None:
         """The block's open files, in use until `_release`; None when it is not cached.
 

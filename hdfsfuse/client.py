@@ -551,11 +551,11 @@ class HdfsClient:
         await run_each(fill, pieces)
         return result
 
-    def read_now(self, file: HdfsFile, offset: int, n: int, *, spin: bool = False) -> bytes | bytearray | None:
+    def read_now(self, file: HdfsFile, offset: int, n: int, *, poll: bool = False) -> bytes | bytearray | None:
         """A small read of a finalized block done inline with no wait, from bytes already in
         memory: the block cache's files first (as `_read_piece` asks it first), then the files
         of a local replica that served this block before (short-circuit). None: read it the
-        usual way. `spin`: the caller has nothing else to do, so the block cache may poll for
+        usual way. `poll`: the caller has nothing else to do, so the block cache may poll for
         bytes on its disk (`CachedReads.read_now`)."""
         if file.ec_policy is not None or (self.cached is None and self.short_circuit is None):
             return None
@@ -563,7 +563,7 @@ class HdfsClient:
         if block is None or not file.finalized(block.offset):
             return None
         at = offset - block.offset
-        data = self.cached.read_now(block.b, at, n, spin=spin) if self.cached is not None else None
+        data = self.cached.read_now(block.b, at, n, poll=poll) if self.cached is not None else None
         if data is None and self.short_circuit is not None:
             data = self.short_circuit.read_now(block.b, at, n)
         return data

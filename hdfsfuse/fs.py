@@ -621,7 +621,7 @@ class HdfsOperations(pyfuse3.Operations):
                 return b""
             tried = decision.prefetch is None and not handle.chunks
             if tried:  # the block cache's or a local replica's files: no await; alone, it may poll a disk
-                data = self.client.read_now(file, off, decision.length, spin=self._reads_waiting == 0)
+                data = self.client.read_now(file, off, decision.length, poll=self._reads_waiting == 0)
             if data is None:
                 self._reads_waiting += 1
                 try:

@@ -137,7 +137,7 @@ _HELP = {
     "block_cache_errors": "Block cache lookups or stores that failed with an I/O error (such as a full disk).",
     "block_cache_used_bytes": "Bytes the persistent block cache holds on disk.",
     "local_disk_reads": "Local reads (block cache, short-circuit) not answered inline from memory, by how they "
-                        "were done: io_uring, or a worker thread.",
+                        "were done: polled for inline (the mount's only read), io_uring, or a worker thread.",
     "short_circuit_reads": "Reads served from a local DataNode's block files (short-circuit), not over TCP.",
     "short_circuit_bytes": "Bytes read from local DataNodes' block files (short-circuit).",
     "short_circuit_fallbacks": "Reads of a local replica that went over TCP (short-circuit refused or failed).",

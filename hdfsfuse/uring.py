@@ -33,7 +33,6 @@ import dataclasses
 import errno
 import logging
 import os
-import time
 from collections.abc import Sequence
 
 import outcome
@@ -172,7 +171,14 @@ class UringReads:
             return trio.lowlevel.Abort.SUCCEEDED
 
         try:
-            self._queue(ring, reads, batch)
+            for index, (fd, buffer, offset) in enumerate(reads):
+                slot = self._free.pop()
+                try:
+                    ring.read(slot, fd, buffer, offset)
+                except BaseException:
+                    self._free.append(slot)
+                    raise
+                self._owner[slot] = (batch, index)
             while True:
                 try:
                     ring.submit()
@@ -185,55 +191,7 @@ class UringReads:
             batch.task = None  # the reads queued complete on their own; their slots come back then
             raise
         await trio.lowlevel.wait_task_rescheduled(abandon)
-        return _results(reads, batch)
-
-    def pread_spinning(self, reads: Sequence[tuple[int, bytearray, int]], ns: int) -> list[int] | None:
-        """`pread_into` with no await: the reads submitted, then the completion queue polled for
-        up to `ns` nanoseconds, the loop's thread kept awake for the disk's answer. None when
-        they did not all complete by then (or found no free slots): they complete on their own,
-        their slots come back through the reaper, and the caller reads another way. Raises
-        RingClosed, or OSError for a read that failed."""
-        ring = self._ring
-        if ring is None:
-            raise RingClosed
-        if len(self._free) < len(reads):
-            return None
-        batch = _Batch(None, [0] * len(reads), len(reads))  # no task: nobody to reschedule
-        quiet = ring.quiet(True)  # the completions polled for here need not wake the reaper
-        try:
-            self._queue(ring, reads, batch)
-            try:
-                ring.submit()
-            except OSError as e:  # short of memory for requests: the next submit takes them
-                if e.errno not in (errno.EAGAIN, errno.EBUSY, errno.EINTR):
-                    raise
-                return None
-            deadline = time.monotonic_ns() + ns
-            while batch.remaining:
-                left = deadline - time.monotonic_ns()
-                if left <= 0 or not ring.spin(left):
-                    return None
-                self._complete(ring.reap())
-        finally:
-            if quiet:
-                ring.quiet(False)
-                if ring.in_flight:  # a completion may have landed unsignalled: the reaper looks
-                    os.eventfd_write(ring.eventfd, 1)
-        return _results(reads, batch)
-
-    def _queue(self, ring: Ring, reads: Sequence[tuple[int, bytearray, int]], batch: _Batch) -> None:
-        for index, (fd, buffer, offset) in enumerate(reads):
-            slot = self._free.pop()
-            try:
-                ring.read(slot, fd, buffer, offset)
-            except BaseException:
-                self._free.append(slot)
-                raise
-            self._owner[slot] = (batch, index)
-
-
-def _results(reads: Sequence[tuple[int, bytearray, int]], batch: _Batch) -> list[int]:
-    for (fd, buffer, offset), result in zip(reads, batch.results, strict=True):
-        if result < 0:
-            raise OSError(-result, f"reading {len(buffer)} bytes at {offset} of fd {fd}: {os.strerror(-result)}")
-    return batch.results
+        for (fd, buffer, offset), result in zip(reads, batch.results, strict=True):
+            if result < 0:
+                raise OSError(-result, f"reading {len(buffer)} bytes at {offset} of fd {fd}: {os.strerror(-result)}")
+        return batch.results

@@ -402,20 +402,17 @@ DATA_AT_BIG = -(-(20 + 5 * 2048) // 4096) * 4096  # a 1 MiB block's bytes start 
 
 
 async def test_an_inline_lookup_may_poll_the_disk_for_cold_bytes_and_still_verifies_them(tmp_path: Path) -> None:
-    """`read_now(spin=True)` (a mount's only read in flight): bytes only on disk are read
-    through io_uring and polled for, inline, verified; a flipped bit on disk is never served,
-    and the usual path (`read`) then counts it and reads from HDFS."""
+    """`read_now(poll=True)` (a mount's only read in flight): bytes only on disk are polled
+    for, inline, and verified; a flipped bit on disk is never served: counted, the block
+    dropped, and the usual path (`read`) reads the range from HDFS."""
     import trio
     import trio.testing
 
-    from hdfsfuse import uring
     from hdfsfuse.cached_reads import CachedReads
     from hdfsfuse.local_io_threads import LocalIoThreads
     from hdfsfuse.proto import hdfs_pb2
     from hdfsfuse.stats import Stats
 
-    if uring.unavailable() is not None:
-        pytest.skip(str(uring.unavailable()))
     cache = _cache(tmp_path)
     stats = Stats()
     block = hdfs_pb2.ExtendedBlockProto(poolId=KEY.pool, blockId=KEY.block_id, generationStamp=KEY.generation_stamp,
@@ -433,20 +430,23 @@ async def test_an_inline_lookup_may_poll_the_disk_for_cold_bytes_and_still_verif
         nursery.start_soon(local_io.serve)
         await trio.testing.wait_all_tasks_blocked()
         reads = CachedReads(cache, stats, nursery, local_io)
+        assert not cache.is_open(KEY)
+        assert reads.read_now(block, 0, 10, poll=True) is None  # no files open to poll: opening is a thread's
         assert cache.read(KEY, len(BLOCK), 0, 1) == BLOCK[:1]  # opens the block's files
+        assert cache.is_open(KEY)
         drop_pages(path)
         assert reads.read_now(block, 3 * BPC + 5, 700) is None  # not allowed to wait: left to `read`
-        assert stats.local_disk_reads["io_uring_spun"] == 0
+        assert stats.local_disk_reads["polled"] == 0
         drop_pages(path)
-        assert reads.read_now(block, 3 * BPC + 5, 700, spin=True) == BLOCK[3 * BPC + 5 : 3 * BPC + 705]
-        assert stats.local_disk_reads["io_uring_spun"] == 1 and stats.cache_hits["block_cache"] == 1
+        assert reads.read_now(block, 3 * BPC + 5, 700, poll=True) == BLOCK[3 * BPC + 5 : 3 * BPC + 705]
+        assert stats.local_disk_reads["polled"] == 1 and stats.cache_hits["block_cache"] == 1
         with open(path, "r+b") as f:  # one bit of chunk 2, on the disk
             f.seek(DATA_AT + 2 * BPC + 9)
             byte = f.read(1)[0]
             f.seek(DATA_AT + 2 * BPC + 9)
             f.write(bytes([byte ^ 0x01]))
         drop_pages(path)
-        assert reads.read_now(block, 2 * BPC, 100, spin=True) is None
+        assert reads.read_now(block, 2 * BPC, 100, poll=True) is None
         assert stats.cache_hits["block_cache"] == 1 and stats.block_cache_served_bytes == 700
         got = await reads.read(KEY, len(BLOCK), 2 * BPC, 100, fetch, lambda: True)  # type: ignore[arg-type]
         assert got == BLOCK[2 * BPC : 2 * BPC + 100] and fetched == [1]
