@@ -262,8 +262,8 @@ class BlockCache:
         (RWF_NOWAIT), so the caller's thread never waits for a disk; raises WouldBlock otherwise.
         `reopen_on_miss`: a miss closes the block's files, so the next lookup opens its path again
         (another mount may have replaced the file); False for a lookup that another one follows.
-        `read_in`: before raising WouldBlock, ask the kernel to start reading the bytes in; False
-        when the caller reads them itself at once.
+        `read_in`: before raising WouldBlock, ask the kernel to start reading the bytes in (and
+        the block's checksums); False for a caller retrying at once, whose first try asked.
         """
         try:
             block = self._acquire(key, block_length, open_files=not nowait)
