@@ -60,6 +60,17 @@ def wait_until(condition: Callable[[], object], what: str, limit: float = 30.0) 
         time.sleep(0.1)
 
 
+def wait_fully_replicated(cluster: MiniDfs, path: str) -> None:
+    """Wait until the NameNode knows every replica of every block of `path`.
+
+    A Java writer's close() returns at minimal replication; the other DataNodes' incremental
+    block reports arrive later, so a test that acts on "every replica" waits for them first.
+    """
+    want = int(cluster.stat(path)["replication"])
+    wait_until(lambda: all(len(b["xfer"]) == want for b in cluster.blocks(path)),
+               f"the NameNode never learnt all {want} replicas of {path}")
+
+
 def random_bytes(n: int, seed: int) -> bytes:
     import random
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from hdfsfuse import errors
 from hdfsfuse.client import ClientOptions, HdfsClient
-from tests.conftest import random_bytes, wait_until
+from tests.conftest import random_bytes, wait_fully_replicated, wait_until
 from tests.minidfs import MiniDfs
 from tests.mounting import Mount
 
@@ -27,6 +27,7 @@ MiB = 1 << 20
 
 def corrupt_every_replica(cluster: MiniDfs, path: str, block_index: int) -> None:
     """Make one block of `path` unreadable everywhere (all replicas fail their checksums)."""
+    wait_fully_replicated(cluster, path)
     block = cluster.blocks(path)[block_index]
     for xfer in block["xfer"]:
         cluster.corrupt_replica(path, block_index, xfer, offset=0, length=block["length"])

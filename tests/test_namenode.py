@@ -12,7 +12,7 @@ from hdfsfuse import errors
 from hdfsfuse.config import NameNodeTarget, resolve_uri
 from hdfsfuse.namenode import FileStatus, NameNodeClient, resolve_user
 from hdfsfuse.proto import hdfs_pb2
-from tests.conftest import random_bytes
+from tests.conftest import random_bytes, wait_fully_replicated
 from tests.minidfs import MiniDfs
 
 TYPES = {hdfs_pb2.HdfsFileStatusProto.IS_DIR: "dir", hdfs_pb2.HdfsFileStatusProto.IS_FILE: "file",
@@ -96,6 +96,7 @@ async def test_missing_and_wrong_type_paths(cluster: MiniDfs, data_dir: str) -> 
 async def test_block_locations_cover_a_multi_block_file(cluster: MiniDfs, data_dir: str) -> None:
     size = 3 * 1024 * 1024 + 12345
     cluster.put_bytes(random_bytes(size, seed=11), f"{data_dir}/big")
+    wait_fully_replicated(cluster, f"{data_dir}/big")  # else the two reads may see different replicas
     java = cluster.blocks(f"{data_dir}/big")
     async with open_nn(cluster) as nn:
         lbs = await nn.get_block_locations(f"{data_dir}/big", 0, size)

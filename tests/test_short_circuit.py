@@ -20,7 +20,7 @@ from hdfsfuse import uring
 from hdfsfuse.proto import hdfs_pb2, rpc_pb2
 from hdfsfuse.short_circuit import ShortCircuitReads
 from hdfsfuse.stats import Stats
-from tests.conftest import random_bytes, wait_until
+from tests.conftest import random_bytes, wait_fully_replicated, wait_until
 from tests.minidfs import ClusterOptions, MiniDfs, short_circuit_unavailable, trusted_socket_base
 from tests.mounting import Mount
 from tests.page_residency import drop_pages, page_cache_bypass_unavailable, resident_pages
@@ -364,6 +364,7 @@ async def test_each_replica_has_its_own_local_files(sc_cluster: MiniDfs, sc_dir:
     """Replicas hold the same bytes, but a corrupt one must be blamed on its own DataNode: files
     passed by one DataNode never stand in for a read asked of another."""
     data = sc_cluster.put_bytes(random_bytes(20_000, seed=1711), f"{sc_dir}/r")
+    wait_fully_replicated(sc_cluster, f"{sc_dir}/r")
     async with client_for(sc_cluster) as client:
         f = await client.open(f"{sc_dir}/r")
         block = f.blocks[0]
