@@ -31,6 +31,7 @@ from hdfsfuse import dtp, filechecksum, ipc
 from hdfsfuse.arrival import Arrival
 from hdfsfuse.blockcache import BlockCache, BlockKey
 from hdfsfuse.blockmap import BlockMap
+from hdfsfuse.cache_freshness import CacheFreshness
 from hdfsfuse.cached_reads import CachedReads
 from hdfsfuse.concurrency import run_each
 from hdfsfuse.config import ClusterSettings, NameNodeTarget, ViewTarget, load_hadoop_conf, resolve_source
@@ -85,6 +86,8 @@ class ClientOptions:
     pool_capacity: int = 64
     cache_dir: str | None = None  # a persistent block cache here (off when None)
     cache_size: int = 10 * 1024**3
+    cache_max_age: float = 1.0  # the cache answers for an open file's block described this recently
+    cache_renewal_wait: float = 1.0  # how long a read waits for a renewed description, then asks DataNodes
     short_circuit: bool = True  # read local replicas from their files when the configuration allows it
 
 
@@ -126,6 +129,7 @@ class HdfsFile:
         self.locate_path = locate_path(path, status.fileId) if by_inode else path
         self.window = window  # bytes of block locations per NameNode call
         self.map = BlockMap(path)
+        self.freshness = CacheFreshness(path)  # whether the block cache may answer for its blocks
         self.length = 0
         self.under_construction = False
         self.length_checked = -math.inf  # trio time of the last length refresh
@@ -417,6 +421,7 @@ class HdfsClient:
             self.stats.files_changed += 1
             raise
         file.forget_plans(changed)
+        file.freshness.note(changed, trio.current_time())
         file.length = length
         file.under_construction = bool(lbs.underConstruction)
         file.length_unknown = unknown
@@ -563,7 +568,10 @@ class HdfsClient:
         if block is None or not file.finalized(block.offset):
             return None
         at = offset - block.offset
-        data = self.cached.read_now(block.b, at, n, poll=poll) if self.cached is not None else None
+        data = None
+        if self.cached is not None and file.freshness.current(block.offset, trio.current_time(),
+                                                              self.options.cache_max_age):
+            data = self.cached.read_now(block.b, at, n, poll=poll)
         if data is None and self.short_circuit is not None:
             data = self.short_circuit.read_now(block.b, at, n)
         return data
@@ -597,8 +605,15 @@ class HdfsClient:
         raise BlockUnavailable(message)  # logged once, where it is answered (the FUSE boundary)
 
     async def _read_piece_cached(self, file: HdfsFile, piece: Piece, failures: dict[str, str]) -> bytes | bytearray:
-        """A finalized block's piece from the block cache, else from HDFS (and then cached)."""
+        """A finalized block's piece from the block cache, else from HDFS (and then cached).
+
+        Only while the block's description is fresh (`hdfsfuse.cache_freshness`): otherwise the
+        piece comes from the DataNodes, uncached."""
         assert self.cached is not None
+        if not await file.freshness.renewed(piece.block_start, lambda start: self._locate(file, start, 1),
+                                            self._nursery, max_age=self.options.cache_max_age,
+                                            wait=self.options.cache_renewal_wait):
+            return await self._read_piece_with_failover(file, piece, failures)
         b = file.map.block_at(piece.block_start).b
         key = BlockKey(b.poolId, b.blockId, b.generationStamp)
 

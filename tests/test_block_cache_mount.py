@@ -4,11 +4,13 @@ files are caught, the size bound holds, and mounts share one directory."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -119,6 +121,41 @@ def test_replaced_and_appended_files_read_their_new_bytes(cluster: MiniDfs, data
     cluster.append_close(path)  # the last block has a new generation stamp now
     _read_all(m, path, new + extra, seed=3)
     _read_all(m, path, new + extra, seed=4)  # and again, now that the new bytes are cached
+
+
+def test_an_open_file_truncated_under_it_reads_as_without_the_cache(cluster: MiniDfs, data_dir: str, mount,  # type: ignore[no-untyped-def]
+                                                                    tmp_path: Path) -> None:
+    """The cache answers by the generation stamp an open file knows, and a truncate (then an
+    append) rewrites a block's tail under a new one. Once the open file's description of the
+    block is older than the cache's max age (1 s), the NameNode is asked again, and the file
+    reads what it would without a cache: the bytes left, EIO past the cut, then the new bytes."""
+    path = f"{data_dir}/cut"
+    old = cluster.put_bytes(random_bytes(3 * MiB // 2, seed=190), path)  # a whole block and half of one
+    m = mount(cluster, "direct_io", f"cache_dir={tmp_path}/cache")
+    cut, past, kept = MiB + 100_000, MiB + 200_000, MiB + 4096
+    fd = os.open(m.path(path), os.O_RDONLY)
+    try:
+        assert os.pread(fd, len(old), 0) == old
+        _stored(m, len(old))
+        hits = _stats(m)["cache_hits"].get("block_cache", 0)  # type: ignore[union-attr]
+        assert os.pread(fd, 4096, past) == old[past : past + 4096]
+        assert _stats(m)["cache_hits"].get("block_cache", 0) > hits  # type: ignore[union-attr]  # answered by the cache
+        cluster.truncate(path, cut)  # inside the second block: it recovers under a new stamp
+        time.sleep(1.1)  # older than the cache's max age now
+        with pytest.raises(OSError) as e:
+            os.pread(fd, 4096, past)  # the cache still holds these bytes: they must not come back
+        assert e.value.errno == errno.EIO
+        assert os.pread(fd, 4096, kept) == old[kept : kept + 4096]
+        more = random_bytes(400_000, seed=191)
+        (tmp_path / "more").write_bytes(more)
+        cluster.append_open(path, tmp_path / "more")
+        cluster.append_close(path)
+        new = old[:cut] + more
+        assert os.pread(fd, 4096, past) == new[past : past + 4096]  # the DataNode's bytes, not the cached ones
+    finally:
+        os.close(fd)
+    assert "the block cache no longer answers for this open file" in m.log_text()
+    assert Path(m.path(path)).read_bytes() == new
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "sums"])
