@@ -44,7 +44,8 @@ class CacheFreshness:
     """One open file's block descriptions: when the NameNode last gave each, and whether the
     cache may still answer for the file at all."""
 
-    __slots__ = ("_failing", "_renewal", "_renewal_started", "_retry_at", "described", "refused", "what")
+    __slots__ = ("_failing", "_renewal", "_renewal_for", "_renewal_started", "_retry_at", "described", "refused",
+                 "what")
 
     def __init__(self, what: str) -> None:
         self.what = what
@@ -52,6 +53,7 @@ class CacheFreshness:
         self.refused = False  # a renewal found the file changed under this open file
         self._renewal: trio.Event | None = None
         self._renewal_started = 0.0
+        self._renewal_for = 0  # the block start the renewal in flight was started for
         self._retry_at = -math.inf  # after a failed renewal, none before this time
         self._failing = False  # the last renewal failed (logged once until one succeeds)
 
@@ -67,25 +69,32 @@ class CacheFreshness:
     async def renewed(self, start: int, renew: Callable[[int], Awaitable[None]], nursery: trio.Nursery, *,
                       max_age: float, wait: float) -> bool:
         """Whether the cache may answer for the block at `start`, after renewing its description
-        if it is too old (waiting `wait` at most). False: read it from the DataNodes."""
-        now = trio.current_time()
-        if self.current(start, now, max_age):
-            return True
-        if self.refused:
-            return False
-        renewal = self._renewal
-        if renewal is None:
-            if now < self._retry_at:
+        if it is too old (waiting `wait` at most). False: read it from the DataNodes.
+
+        A read joins the renewal in flight. If that one was for another block and did not
+        describe this one (it fetched another window), the read starts one of its own, once."""
+        arrived = trio.current_time()
+        own = False
+        while True:
+            now = trio.current_time()
+            if self.current(start, now, max_age):
+                return True
+            if self.refused or own:
                 return False
-            renewal = self._renewal = trio.Event()
-            self._renewal_started = now
-            nursery.start_soon(self._renew, start, renew, renewal, max_age)
-        remaining = wait - (now - self._renewal_started)  # every read waits for the same deadline
-        if remaining <= 0:
-            return False  # overdue: the NameNode is slow, and reads stop waiting for it
-        with trio.move_on_after(remaining):
-            await renewal.wait()
-        return self.current(start, trio.current_time(), max_age)
+            renewal = self._renewal
+            if renewal is None:
+                if now < self._retry_at:
+                    return False
+                renewal = self._renewal = trio.Event()
+                self._renewal_started, self._renewal_for = now, start
+                nursery.start_soon(self._renew, start, renew, renewal, max_age)
+            own = self._renewal_for == start
+            # Every read waits for the renewal's deadline, and none longer than `wait` in all.
+            remaining = wait - (now - min(self._renewal_started, arrived))
+            if remaining <= 0:
+                return False  # overdue: the NameNode is slow, and reads stop waiting for it
+            with trio.move_on_after(remaining):
+                await renewal.wait()
 
     async def _renew(self, start: int, renew: Callable[[int], Awaitable[None]], done: trio.Event,
                      max_age: float) -> None:

@@ -30,7 +30,7 @@ def on_virtual_clock(body: Callable[[CacheFreshness, trio.Nursery], Awaitable[No
 class Renewer:
     """A stand-in for the client's getBlockLocations: describes blocks after `delay`, or raises."""
 
-    def __init__(self, freshness: CacheFreshness, *, delay: float = 0.01, starts: tuple[int, ...] = (0,),
+    def __init__(self, freshness: CacheFreshness, *, delay: float = 0.01, starts: tuple[int, ...] | None = (0,),
                  error: Exception | None = None) -> None:
         self.freshness, self.delay, self.starts, self.error = freshness, delay, starts, error
         self.calls: list[int] = []
@@ -40,7 +40,7 @@ class Renewer:
         await trio.sleep(self.delay)
         if self.error is not None:
             raise self.error
-        self.freshness.note(self.starts, trio.current_time())
+        self.freshness.note((start,) if self.starts is None else self.starts, trio.current_time())
 
 
 def test_a_fresh_description_answers_and_an_old_one_does_not() -> None:
@@ -82,6 +82,24 @@ def test_a_renewal_that_describes_other_blocks_leaves_this_one_to_the_datanodes(
         assert not await f.renewed(0, renew, nursery, max_age=MAX_AGE, wait=WAIT)
         assert renew.calls == [0]
         assert f.current(512, trio.current_time(), MAX_AGE)
+
+    on_virtual_clock(body)
+
+
+def test_a_reader_whose_block_another_renewal_missed_renews_it_itself() -> None:
+    async def body(f: CacheFreshness, nursery: trio.Nursery) -> None:
+        renew = Renewer(f, starts=None)  # each renewal describes only the block it was asked for
+        answers: dict[int, bool] = {}
+
+        async def reader(start: int) -> None:
+            answers[start] = await f.renewed(start, renew, nursery, max_age=MAX_AGE, wait=WAIT)
+
+        async with trio.open_nursery() as readers:
+            readers.start_soon(reader, 0)
+            await trio.sleep(0.001)  # block 0's renewal is in flight
+            readers.start_soon(reader, 512)
+        assert answers == {0: True, 512: True}
+        assert renew.calls == [0, 512]
 
     on_virtual_clock(body)
 
