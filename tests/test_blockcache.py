@@ -401,14 +401,20 @@ def test_a_large_lookup_done_elsewhere_reads_its_data_past_the_page_cache(tmp_pa
 DATA_AT_BIG = -(-(20 + 5 * 2048) // 4096) * 4096  # a 1 MiB block's bytes start here in its file
 
 
-async def test_an_inline_lookup_may_poll_the_disk_for_cold_bytes_and_still_verifies_them(tmp_path: Path) -> None:
+async def test_an_inline_lookup_may_poll_the_disk_for_cold_bytes_and_still_verifies_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`read_now(poll=True)` (a mount's only read in flight): bytes only on disk are polled
     for, inline, and verified; a flipped bit on disk is never served: counted, the block
     dropped, and the usual path (`read`) reads the range from HDFS."""
     import trio
     import trio.testing
 
+    from hdfsfuse import cached_reads
     from hdfsfuse.cached_reads import CachedReads
+
+    # The mount polls for 250 us, about five cold reads of this VM's disk, and then goes the
+    # usual way; the disk is sometimes slower than that. Poll long enough that it always lands.
+    monkeypatch.setattr(cached_reads, "POLL_NS", 5_000_000_000)
     from hdfsfuse.local_io_threads import LocalIoThreads
     from hdfsfuse.proto import hdfs_pb2
     from hdfsfuse.stats import Stats
@@ -435,11 +441,20 @@ async def test_an_inline_lookup_may_poll_the_disk_for_cold_bytes_and_still_verif
         assert cache.read(KEY, len(BLOCK), 0, 1) == BLOCK[:1]  # opens the block's files
         assert cache.is_open(KEY)
         drop_pages(path)
-        assert reads.read_now(block, 3 * BPC + 5, 700) is None  # not allowed to wait: left to `read`
+        # Not allowed to wait: left to `read`. (The RWF_NOWAIT miss starts the disk read, and this
+        # VM's disk can finish it before the kernel looks again: then the bytes come, unpolled.)
+        got = reads.read_now(block, 3 * BPC + 5, 700)
+        assert got is None or got == BLOCK[3 * BPC + 5 : 3 * BPC + 705]
         assert stats.local_disk_reads["polled"] == 0
-        drop_pages(path)
-        assert reads.read_now(block, 3 * BPC + 5, 700, poll=True) == BLOCK[3 * BPC + 5 : 3 * BPC + 705]
-        assert stats.local_disk_reads["polled"] == 1 and stats.cache_hits["block_cache"] == 1
+        hits = stats.cache_hits["block_cache"]
+        for attempt in range(1, 21):  # until one lookup meets a cold page (a late readahead may have
+            drop_pages(path)          # brought it back in after the drop): that one is polled for
+            assert reads.read_now(block, 3 * BPC + 5, 700, poll=True) == BLOCK[3 * BPC + 5 : 3 * BPC + 705]
+            assert stats.cache_hits["block_cache"] == hits + attempt
+            if stats.local_disk_reads["polled"]:
+                break
+        assert stats.local_disk_reads["polled"] == 1
+        hits = stats.cache_hits["block_cache"]
         with open(path, "r+b") as f:  # one bit of chunk 2, on the disk
             f.seek(DATA_AT + 2 * BPC + 9)
             byte = f.read(1)[0]
@@ -447,7 +462,7 @@ async def test_an_inline_lookup_may_poll_the_disk_for_cold_bytes_and_still_verif
             f.write(bytes([byte ^ 0x01]))
         drop_pages(path)
         assert reads.read_now(block, 2 * BPC, 100, poll=True) is None
-        assert stats.cache_hits["block_cache"] == 1 and stats.block_cache_served_bytes == 700
+        assert stats.cache_hits["block_cache"] == hits and stats.block_cache_corrupt == 1
         got = await reads.read(KEY, len(BLOCK), 2 * BPC, 100, fetch, lambda: True)  # type: ignore[arg-type]
         assert got == BLOCK[2 * BPC : 2 * BPC + 100] and fetched == [1]
         assert stats.block_cache_corrupt == 1 and not path.exists()
