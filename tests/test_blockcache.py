@@ -246,9 +246,15 @@ def test_a_lookup_that_waits_for_the_disk_reads_in_the_blocks_checksums(tmp_path
     assert not resident_pages(path)[far_data]
 
     monkeypatch.setattr(blockcache, "META_ADVICE_SECONDS", 0.0)  # (once a second per block)
-    drop_pages(path)
-    with pytest.raises(WouldBlock):
-        cache.read(KEY, len(big), 300 * BPC + 7, 100, nowait=True)
+    for _ in range(20):  # a readahead that lands late can bring a dropped page back: drop again
+        drop_pages(path)
+        try:
+            got = cache.read(KEY, len(big), 300 * BPC + 7, 100, nowait=True)
+        except WouldBlock:
+            break
+        assert got == big[300 * BPC + 7 : 300 * BPC + 107]  # served from memory after all: still right
+    else:
+        pytest.fail("no nowait lookup met a cold page in 20 tries")
     wait_until_resident(path, [*meta, data_page])  # the checksums, the flags and the data asked for
     assert not resident_pages(path)[far_data]
     assert cache.read(KEY, len(big), 300 * BPC + 7, 100, nowait=True) == big[300 * BPC + 7 : 300 * BPC + 107]

@@ -111,9 +111,15 @@ def test_nowait_reads_come_from_memory_or_would_block(tmp_path: Path) -> None:
     try:
         f.read(0, len(BLOCK), native=True)  # everything in memory
         assert f.read(300_000, 5000, native=True, nowait=True) == BLOCK[300_000:305_000]
-        for path in (f.data, f.sums):
-            drop_pages(path)
-        assert f.read(300_000, 5000, native=True, nowait=True) == ("WouldBlock", "")
+        for _ in range(20):  # a readahead that lands late can bring a dropped page back: drop again
+            for path in (f.data, f.sums):
+                drop_pages(path)
+            got = f.read(300_000, 5000, native=True, nowait=True)
+            if got == ("WouldBlock", ""):
+                break
+            assert got == BLOCK[300_000:305_000]  # served from memory after all: still the right bytes
+        else:
+            pytest.fail("no nowait read met a cold page in 20 tries")
         assert f.read(300_000, 5000, native=True) == BLOCK[300_000:305_000]  # a plain read waits
     finally:
         f.close()
