@@ -9,7 +9,10 @@ import mmap
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 
 def resident_pages(path: Path) -> list[bool]:
@@ -52,6 +55,21 @@ def drop_pages(path: Path) -> None:
     finally:
         os.close(fd)
     raise AssertionError(f"pages of {path} stayed in memory after 100 drops")
+
+
+def until_a_read_meets_a_cold_page(paths: list[Path], attempt: Callable[[], bool], tries: int = 50) -> None:
+    """Drop the files' pages, then `attempt` a read, until one meets a cold page (it returns True).
+
+    One try may find the bytes in memory after all: a readahead that lands after `drop_pages`
+    brings a dropped page back, and this VM's disk sometimes finishes the read a RWF_NOWAIT miss
+    starts before the kernel looks again. `attempt` then checks the bytes and returns False.
+    A disk that answers every try that fast cannot show a cold page: the test is skipped."""
+    for _ in range(tries):
+        for path in paths:
+            drop_pages(path)
+        if attempt():
+            return
+    pytest.skip(f"this disk answered all {tries} reads of dropped pages before the kernel looked again")
 
 
 def wait_until_resident(path: Path, pages: list[int]) -> None:

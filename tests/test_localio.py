@@ -18,7 +18,12 @@ from hdfsfuse import localio
 from hdfsfuse.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum, chunked_crc
 from hdfsfuse.errors import ChecksumMismatch
 from hdfsfuse.localio import ShortRead, WouldBlock, read_verified
-from tests.page_residency import drop_pages, page_cache_bypass_unavailable, resident_pages
+from tests.page_residency import (
+    drop_pages,
+    page_cache_bypass_unavailable,
+    resident_pages,
+    until_a_read_meets_a_cold_page,
+)
 
 pytestmark = pytest.mark.skipif(chunked_crc is None, reason="the _chunked_crc extension is not built")
 
@@ -111,15 +116,15 @@ def test_nowait_reads_come_from_memory_or_would_block(tmp_path: Path) -> None:
     try:
         f.read(0, len(BLOCK), native=True)  # everything in memory
         assert f.read(300_000, 5000, native=True, nowait=True) == BLOCK[300_000:305_000]
-        for _ in range(20):  # a readahead that lands late can bring a dropped page back: drop again
-            for path in (f.data, f.sums):
-                drop_pages(path)
+
+        def nowait_read() -> bool:
             got = f.read(300_000, 5000, native=True, nowait=True)
             if got == ("WouldBlock", ""):
-                break
-            assert got == BLOCK[300_000:305_000]  # served from memory after all: still the right bytes
-        else:
-            pytest.fail("no nowait read met a cold page in 20 tries")
+                return True
+            assert got == BLOCK[300_000:305_000]  # from memory after all: still the right bytes
+            return False
+
+        until_a_read_meets_a_cold_page([f.data, f.sums], nowait_read)
         assert f.read(300_000, 5000, native=True) == BLOCK[300_000:305_000]  # a plain read waits
     finally:
         f.close()
