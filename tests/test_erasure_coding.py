@@ -324,6 +324,44 @@ def test_the_block_cache_keeps_internal_blocks(rs32, mount, tmp_path: Path) -> N
         c.restart_datanode(lost)
 
 
+@pytest.mark.parametrize("how", ["overwrite", "rename over", "delete"])
+def test_an_open_ec_file_replaced_under_it_never_reads_the_new_files_bytes(rs32, mount, how: str) -> None:  # type: ignore[no-untyped-def]
+    """An fd opened on an erasure-coded file keeps the file it opened: after the path is
+    overwritten, renamed over or deleted, a group whose locations it already holds (the first
+    window of 10, and the last) reads the old bytes (or EIO, once the DataNodes have dropped the
+    old file's blocks), and a group it must locate anew is EIO: never the new file's bytes."""
+    c, _ = rs32
+    group = 3 * 2 * CELL
+    path = f"/ec/replaced-{how.replace(' ', '-')}"
+    old = c.put_bytes(random_bytes(16 * group + 5000, seed=150), path, block_size=2 * CELL)
+    new = random_bytes(len(old), seed=151)
+    m = mount(c, "direct_io", FAST)
+    fd = os.open(m.path(path), os.O_RDONLY)
+    try:
+        assert os.pread(fd, 4096, 0) == old[:4096]
+        if how == "overwrite":
+            c.put_bytes(new, path, block_size=2 * CELL)
+        elif how == "rename over":
+            c.put_bytes(new, path + ".tmp", block_size=2 * CELL)
+            c.rename(path + ".tmp", path)
+        else:
+            c.delete(path)
+        for off in (5 * group + 100, 16 * group + 7, 8192):  # groups 5 and 16 (the last) are located
+            try:
+                assert os.pread(fd, 4096, off) == old[off : off + 4096], off
+            except OSError as e:
+                assert e.errno == errno.EIO, off
+        with pytest.raises(OSError) as e:
+            os.pread(fd, 4096, 12 * group + 3)  # group 12: past the first window
+        assert e.value.errno == errno.EIO
+    finally:
+        os.close(fd)
+    if how != "delete":
+        with open(m.path(path), "rb") as f:  # a new open sees the new file
+            assert f.read() == new
+    assert "was deleted or replaced since it was opened" in m.log_text()
+
+
 def test_the_file_checksum_of_ec_files_is_javas_composite_crc(rs32, mount) -> None:  # type: ignore[no-untyped-def]
     """OP_BLOCK_GROUP_CHECKSUM per group: Java's value, which is the CRC of the file's bytes, also
     while a data unit's DataNode is down (the DataNode asked reconstructs that unit). (Last in the
