@@ -187,6 +187,42 @@ def test_a_replaced_file_under_an_open_fd_gives_old_bytes_or_eio(sc_cluster: Min
         assert f.read() == new
 
 
+def test_an_open_file_truncated_under_it_reads_the_replicas_as_they_are_now(  # type: ignore[no-untyped-def]
+        sc_cluster: MiniDfs, sc_dir: str, mount, tmp_path: Path) -> None:
+    """A truncate rewrites the last block's tail under a new generation stamp, in the replica's
+    own files, which an open fd reads locally. So, as over TCP: the bytes left read as before,
+    past the cut is EIO (never the cut-off bytes), and after an append the range reads the new
+    bytes."""
+    path = f"{sc_dir}/cut"
+    old = sc_cluster.put_bytes(random_bytes(3 * MiB // 2, seed=1703), path)  # a whole block and half of one
+    wait_fully_replicated(sc_cluster, path)
+    m = mount(sc_cluster, "direct_io")
+    cut, past, kept = MiB + 100_000, MiB + 200_000, MiB + 4096
+    fd = os.open(m.path(path), os.O_RDONLY)
+    try:
+        before = _stats(m)["short_circuit_reads"]
+        assert os.pread(fd, len(old), 0) == old  # the local files of both blocks are open now
+        assert _stats(m)["short_circuit_reads"] > before  # type: ignore[operator]
+        sc_cluster.truncate(path, cut)  # inside the second block: it recovers under a new stamp
+        with pytest.raises(OSError) as e:
+            os.pread(fd, 4096, past)
+        assert e.value.errno == errno.EIO
+        assert os.pread(fd, 4096, kept) == old[kept : kept + 4096]
+        more = random_bytes(400_000, seed=1704)
+        (tmp_path / "more").write_bytes(more)
+        sc_cluster.append_open(path, tmp_path / "more")
+        sc_cluster.append_close(path)
+        new = old[:cut] + more
+        assert os.pread(fd, 4096, past) == new[past : past + 4096]
+    finally:
+        os.close(fd)
+    # Seen as a change, not as a corrupt replica (which would be reported to the NameNode).
+    assert "changed under its short-circuit files; reading it over TCP" in m.log_text()
+    assert "reported" not in m.log_text()
+    with open(m.path(path), "rb") as f:  # a new open reads the file as it is now
+        assert f.read() == new
+
+
 def test_a_corrupt_local_replica_is_caught_reported_and_read_elsewhere(sc_cluster: MiniDfs, sc_dir: str,  # type: ignore[no-untyped-def]
                                                                         mount) -> None:
     path = f"{sc_dir}/f"
