@@ -115,10 +115,7 @@ def test_replaced_and_appended_files_read_their_new_bytes(cluster: MiniDfs, data
     _stored(m, len(old))
     new = cluster.put_bytes(random_bytes(3 * MiB, seed=182), path)  # the same size, other blocks
     _read_all(m, path, new, seed=2)
-    extra = random_bytes(300_000, seed=183)
-    (tmp_path / "extra").write_bytes(extra)
-    cluster.append_open(path, tmp_path / "extra")
-    cluster.append_close(path)  # the last block has a new generation stamp now
+    extra = cluster.append_bytes(random_bytes(300_000, seed=183), path)  # the last block has a new stamp now
     _read_all(m, path, new + extra, seed=3)
     _read_all(m, path, new + extra, seed=4)  # and again, now that the new bytes are cached
 
@@ -146,11 +143,7 @@ def test_an_open_file_truncated_under_it_reads_as_without_the_cache(cluster: Min
             os.pread(fd, 4096, past)  # the cache still holds these bytes: they must not come back
         assert e.value.errno == errno.EIO
         assert os.pread(fd, 4096, kept) == old[kept : kept + 4096]
-        more = random_bytes(400_000, seed=191)
-        (tmp_path / "more").write_bytes(more)
-        cluster.append_open(path, tmp_path / "more")
-        cluster.append_close(path)
-        new = old[:cut] + more
+        new = old[:cut] + cluster.append_bytes(random_bytes(400_000, seed=191), path)
         assert os.pread(fd, 4096, past) == new[past : past + 4096]  # the DataNode's bytes, not the cached ones
     finally:
         os.close(fd)

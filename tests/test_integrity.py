@@ -258,7 +258,7 @@ async def test_unknown_visible_length_fails_loudly_not_short(
 
 
 def test_snapshots_and_the_live_file_each_read_their_own_bytes(
-    cluster: MiniDfs, mount: Callable[..., Mount], data_dir: str, tmp_path,  # type: ignore[no-untyped-def]
+    cluster: MiniDfs, mount: Callable[..., Mount], data_dir: str,
 ) -> None:
     d = f"{data_dir}/snapdir"
     v1 = cluster.put_bytes(random_bytes(300_000, seed=130), f"{d}/file")
@@ -270,11 +270,7 @@ def test_snapshots_and_the_live_file_each_read_their_own_bytes(
     assert open(live, "rb").read() == v1 and open(snap1, "rb").read() == v1
     assert os.stat(live).st_ino != os.stat(snap1).st_ino  # separate inodes, separate page caches
 
-    extra = random_bytes(70_000, seed=131)
-    src = tmp_path / "extra"
-    src.write_bytes(extra)
-    cluster.append_open(f"{d}/file", src)
-    cluster.append_close(f"{d}/file")
+    extra = cluster.append_bytes(random_bytes(70_000, seed=131), f"{d}/file")
     cluster.create_snapshot(d, "s2")
     time.sleep(0.3)
     assert open(live, "rb").read() == v1 + extra

@@ -206,8 +206,7 @@ def test_direct_io_passes_reads_through(cluster: MiniDfs, mount, data_dir: str) 
         os.close(fd)
 
 
-def test_page_cache_kept_while_unchanged_and_dropped_on_change(cluster: MiniDfs, mount, data_dir: str,  # type: ignore[no-untyped-def]
-                                                               tmp_path: Path) -> None:
+def test_page_cache_kept_while_unchanged_and_dropped_on_change(cluster: MiniDfs, mount, data_dir: str) -> None:  # type: ignore[no-untyped-def]
     first = cluster.put_bytes(random_bytes(100_000, seed=64), f"{data_dir}/pc")
     # Long kernel caches: only our open() can tell the kernel to drop the file's pages.
     m = mount(cluster, "attr_timeout=60,entry_timeout=60")
@@ -218,11 +217,8 @@ def test_page_cache_kept_while_unchanged_and_dropped_on_change(cluster: MiniDfs,
     assert cluster.metrics_total()["ReadBlockOpNumOps"] == before  # served by the page cache
     # Rewritten in place to the same size: the same inode and size, so only the keep_cache
     # rule (mtime changed) keeps the old pages from being served.
-    new = random_bytes(100_000, seed=65)
-    (tmp_path / "new").write_bytes(new)
     cluster.truncate(f"{data_dir}/pc", 0)
-    cluster.append_open(f"{data_dir}/pc", tmp_path / "new")
-    cluster.append_close(f"{data_dir}/pc")
+    new = cluster.append_bytes(random_bytes(100_000, seed=65), f"{data_dir}/pc")
     assert open(m.path(f"{data_dir}/pc"), "rb").read() == new
     assert os.stat(m.path(f"{data_dir}/pc")).st_ino == ino
 

@@ -188,7 +188,7 @@ def test_a_replaced_file_under_an_open_fd_gives_old_bytes_or_eio(sc_cluster: Min
 
 
 def test_an_open_file_truncated_under_it_reads_the_replicas_as_they_are_now(  # type: ignore[no-untyped-def]
-        sc_cluster: MiniDfs, sc_dir: str, mount, tmp_path: Path) -> None:
+        sc_cluster: MiniDfs, sc_dir: str, mount) -> None:
     """A truncate rewrites the last block's tail under a new generation stamp, in the replica's
     own files, which an open fd reads locally. So, as over TCP: the bytes left read as before,
     past the cut is EIO (never the cut-off bytes), and after an append the range reads the new
@@ -208,11 +208,7 @@ def test_an_open_file_truncated_under_it_reads_the_replicas_as_they_are_now(  # 
             os.pread(fd, 4096, past)
         assert e.value.errno == errno.EIO
         assert os.pread(fd, 4096, kept) == old[kept : kept + 4096]
-        more = random_bytes(400_000, seed=1704)
-        (tmp_path / "more").write_bytes(more)
-        sc_cluster.append_open(path, tmp_path / "more")
-        sc_cluster.append_close(path)
-        new = old[:cut] + more
+        new = old[:cut] + sc_cluster.append_bytes(random_bytes(400_000, seed=1704), path)
         assert os.pread(fd, 4096, past) == new[past : past + 4096]
     finally:
         os.close(fd)

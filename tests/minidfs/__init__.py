@@ -549,6 +549,15 @@ class MiniDfs:
     def append_close(self, path: str) -> None:
         self.command("append_close", path=path)
 
+    def append_bytes(self, data: bytes, path: str) -> bytes:
+        """Append `data` to `path` with the Java client and close it again; return `data`."""
+        with tempfile.NamedTemporaryFile(prefix="hdfsfuse-append-") as f:
+            f.write(data)
+            f.flush()
+            self.append_open(path, f.name)
+        self.append_close(path)
+        return data
+
     def allow_snapshot(self, path: str) -> None:
         self.command("allow_snapshot", path=path)
 
