@@ -9,7 +9,8 @@ nftables wire-byte and SYN counters on the xfer ports, and the NameNode's operat
 
 One rule for every contender: each runs in a process of its own (`tests.bench.worker`, or the
 Java `Bench` main), does the same warm-up reads (other offsets than the measured ones), and
-only then does the referee read its "before" counters and start the clock. Repetitions are
+only then does the referee read its "before" counters and start the clock. A mount's warm-up
+pages are dropped from the page cache first (no other contender keeps a cache past its warm-up). Repetitions are
 interleaved (every contender once per round), figures are medians over `--reps` rounds, and
 CPU per read is the contender's own process CPU (for the mount, the daemon's plus the reader's;
 the daemon's alone is a column of its own). The report ends with issue 15's targets, each against
@@ -166,12 +167,12 @@ class FloorMount:
         os.rmdir(self.dir)
 
 
-def _worker(kind: str, cluster: MiniDfs, mount: Mount | FloorMount | None = None,
+def _worker(kind: str, cluster: MiniDfs, mount: Mount | FloorMount | None = None, *extra: str,
             ) -> Callable[[str, str, str, int], list[str]]:
     def argv(path: str, offsets: str, warmup: str, threads: int) -> list[str]:
         args = [sys.executable, "-m", "tests.bench.worker", "--kind", kind, "--path", path, "--offsets", offsets,
                 "--warmup-offsets", warmup, "--threads", str(threads), "--uri", cluster.uri,
-                "--conf-dir", cluster.conf_dir]
+                "--conf-dir", cluster.conf_dir, *extra]
         return args + (["--mount-dir", mount.dir] if mount is not None else [])
 
     return argv
@@ -534,8 +535,9 @@ def render(report: dict) -> str:  # type: ignore[type-arg]
              "(nftables); BytesRead is the DataNodes' own metric (Hadoop 3.5 counts data plus checksums). "
              "Ratios are against Java pread (or Java stream read for W3) measured in the same run. "
              "Every contender runs in its own process and does the same 200 warm-up reads (at other "
-             "offsets) before the referee reads its counters; rounds are interleaved. CPU is the "
-             "contender's own process CPU per operation (the mount: the daemon's plus the reader's). "
+             "offsets) before the referee reads its counters (a mount's warm-up pages are then dropped from "
+             "the page cache, as no other contender keeps a cache past its warm-up); rounds are interleaved. "
+             "CPU is the contender's own process CPU per operation (the mount: the daemon's plus the reader's). "
              "\"Java stream read\" opens a new stream, seeks and reads for every read (W6: one stream, "
              "seek then read), which is how it over-reads. \"FUSE floor\" is a no-op pyfuse3 daemon "
              "answering reads from memory (page-cache mode, hdfsfuse's kernel tuning): what FUSE alone "
