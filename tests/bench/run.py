@@ -8,13 +8,13 @@ workload for every contender, and writes `report.md`, `results.json` and PNG plo
 nftables wire-byte and SYN counters on the xfer ports, and the NameNode's operation counters.
 
 One rule for every contender: each runs in a process of its own (`tests.bench.worker`, or the
-Java `Bench` main), does the same warm-up reads (other offsets than the measured ones), and
-only then does the referee read its "before" counters and start the clock. A mount's warm-up
-pages are dropped from the page cache first (no other contender keeps a cache past its warm-up). Repetitions are
-interleaved (every contender once per round), figures are medians over `--reps` rounds, and
-CPU per read is the contender's own process CPU (for the mount, the daemon's plus the reader's;
-the daemon's alone is a column of its own). The report ends with issue 15's targets, each against
-the same run's referee contender.
+Java `Bench` main), does the same warm-up reads (other offsets than the measured ones), and only
+then does the referee read its "before" counters and start the clock. A mount's warm-up pages
+are dropped from the page cache first (no other contender keeps a cache past its warm-up).
+Repetitions are interleaved (every contender once per round), figures are medians over `--reps`
+rounds, and CPU per read is the contender's own process CPU (for the mount, the daemon's plus
+the reader's; the daemon's alone is a column of its own). The report ends with issue 15's
+targets, each against the same run's referee contender.
 """
 
 from __future__ import annotations

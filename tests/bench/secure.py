@@ -22,11 +22,11 @@ on Kerberos clusters with dfs.data.transfer.protection=integrity, =privacy (DIGE
   BytesRead amplification (the DataNodes' own counter) and wire amplification (nftables: every
   byte the DataNodes' transfer ports sent, IP/TCP headers and SASL framing included);
 - `w3`: one sequential read of a 64 MiB file (in one block of Hadoop's default 128 MiB size;
-  caches dropped, after `W3_WARMUPS` untimed reads per mode), MB/s, with the CPU milliseconds per MB spent by the daemon and by the cluster's JVM
-  and the machine's busy cores meanwhile (the DataNode shares this machine's two cores: under
-  SASL it encrypts and sends `io.file.buffer.size` packets, without sendfile); and
-  Java's stream read of the same file on the same cluster (`java_w3`), as the reference for
-  what the DataNodes serve.
+  caches dropped, after `W3_WARMUPS` untimed reads per mode), MB/s, with the CPU milliseconds
+  per MB spent by the daemon and by the cluster's JVM and the machine's busy cores meanwhile
+  (the DataNode shares this machine's two cores: under SASL it encrypts and sends
+  `io.file.buffer.size` packets, without sendfile); and Java's stream read of the same file on
+  the same cluster (`java_w3`), as the reference for what the DataNodes serve.
 
 Prints one JSON document. Wall-clock figures on a noisy 2-core machine: read the ratios.
 """
