@@ -150,13 +150,39 @@ class DnConnection:
                         return plain
                     continue  # part of a frame: the rest may be in already
             ready = True
-            self.waited = True
-            self.waits += 1
-            lowat = LOW_WATER if due >= LOW_WATER else 1
-            if lowat != self.lowat:
-                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
-                self.lowat = lowat
-            await trio.lowlevel.wait_readable(self.sock)
+            await self._wait_readable(due)
+
+    async def receive_into(self, parser: dtp.ReadBlockParser, max_bytes: int, due: int = 1,
+                           ready: bool = True) -> int:
+        """As `receive`, but into the parser's own buffer (no copy between the socket and
+        the packets); returns the count, 0 at EOF. Under a layer, its plaintext is fed."""
+        if self.layer is not None:
+            data = await self.receive(max_bytes, due, ready)
+            parser.feed(data)
+            return len(data)
+        while True:
+            if ready:
+                room = parser.receive_buffer(max_bytes)
+                try:
+                    n = self.sock.recv_into(room)
+                except BlockingIOError:
+                    n = -1
+                finally:
+                    room.release()
+                if n >= 0:
+                    parser.filled(n)
+                    return n
+            ready = True
+            await self._wait_readable(due)
+
+    async def _wait_readable(self, due: int) -> None:
+        self.waited = True
+        self.waits += 1
+        lowat = LOW_WATER if due >= LOW_WATER else 1
+        if lowat != self.lowat:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
+            self.lowat = lowat
+        await trio.lowlevel.wait_readable(self.sock)
 
     def close(self) -> None:
         if self.pending:  # so the DataNode accounts the read and logs no network error
@@ -346,12 +372,12 @@ async def _exchange(
                             f"{parser.what}, below the minimum {timeouts.min_rate:g} bytes/s"
                         )
                 try:
-                    data = await conn.receive(RECEIVE_SIZE, parser.bytes_due, ready=got_any)
+                    count = await conn.receive_into(parser, RECEIVE_SIZE, parser.bytes_due, ready=got_any)
                 except OSError as e:
                     if reused and not got_any:
                         raise _Stale from None
                     raise ConnectionLost(f"connection to DataNode {address} lost: {e}") from None
-                if not data:
+                if not count:
                     if not got_any:
                         if reused:
                             raise _Stale
@@ -363,11 +389,10 @@ async def _exchange(
                 if not got_any:
                     first_bytes_at = trio.current_time()
                 got_any = progressed = True
-                parser.feed(data)
                 if conn.waits != waits_seen:
                     waits_seen, unyielded = conn.waits, 0
                 else:  # data kept arriving without a wait: let other reads run between packets
-                    unyielded += len(data)
+                    unyielded += count
                     if unyielded >= YIELD_EVERY:
                         unyielded = 0
                         await trio.lowlevel.checkpoint()

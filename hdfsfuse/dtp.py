@@ -193,7 +193,8 @@ class Placement:
 class ReadBlockParser:
     """Parses one READ_BLOCK response for `length` bytes at block offset `offset`.
 
-    `feed()` bytes, then call `next_event()` until NEED_DATA. The requested bytes land in
+    `feed()` bytes, or receive them straight into `receive_buffer()` and report them with
+    `filled()`, then call `next_event()` until NEED_DATA. The requested bytes land in
     `output`: exactly `length` bytes of its own, or the caller's buffer at the places
     `placement` gives. `what` names the block and DataNode in errors.
     Bytes after the final packet are a protocol error: nothing may follow until our status.
@@ -217,7 +218,13 @@ class ReadBlockParser:
             if self.placement.base < 0 or last >= len(self.output) or (self.placement.gap and not self.placement.cell):
                 raise ValueError(f"{what}: a placement outside its {len(self.output)}-byte buffer")
         self.checksum: Checksum | None = None
+        # Received bytes: [_lo, _hi) are not parsed yet; past _hi is room for the next receive
+        # (not zeroed: never parsed, every view of the buffer ends at _hi).
         self._buf = bytearray()
+        self._lo = self._hi = 0
+        # The most one receive is offered: about the whole response (a small read's fits in
+        # one), and never more than the caller asks.
+        self._receive_cap = length + length // 16 + 4096
         self._state = "response"
         self._seqno = 0
         self._start_pos = 0  # chunkOffset: where the DataNode's aligned range starts
@@ -247,7 +254,7 @@ class ReadBlockParser:
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return self._hi - self._lo
 
     @property
     def bytes_due(self) -> int:
@@ -256,28 +263,60 @@ class ReadBlockParser:
         add to what really comes."""
         if self._state != "packets":
             return 1
-        return max(1, self.offset + self.length - self._pos - len(self._buf))
+        return max(1, self.offset + self.length - self._pos - (self._hi - self._lo))
 
-    def feed(self, data: bytes) -> None:
-        if self._state == "done" and data:
-            raise ProtocolError(f"{self.what}: {len(data)} unexpected bytes after the final packet")
-        self._buf += data
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        n = len(data)
+        self._make_room(n)
+        self._buf[self._hi : self._hi + n] = data
+        self.filled(n)
+
+    def receive_buffer(self, size: int) -> memoryview:
+        """Room for the next received bytes (at most `size`), for a socket's recv_into: then
+        `filled(n)` with the count it wrote. Saves the copy `feed` makes. Release the view
+        before the parser's next call."""
+        n = min(size, self._receive_cap)
+        self._make_room(n)
+        return memoryview(self._buf)[self._hi : self._hi + n]
+
+    def filled(self, n: int) -> None:
+        """`n` bytes were written at the start of the last `receive_buffer` (or fed)."""
+        if self._state == "done" and n:
+            raise ProtocolError(f"{self.what}: {n} unexpected bytes after the final packet")
+        self._hi += n
+
+    def _make_room(self, n: int) -> None:
+        """At least `n` bytes of room after the unparsed ones: moved to the buffer's start when
+        that makes it (one partial packet, at most), else a larger buffer."""
+        buf, lo, hi = self._buf, self._lo, self._hi
+        if len(buf) - hi >= n:
+            return
+        pending = hi - lo
+        if pending + n <= len(buf):
+            with memoryview(buf) as view:
+                view[:pending] = view[lo:hi]  # memmove: the ranges may overlap
+        else:
+            new = read_buffer(max(pending + n, 2 * len(buf)))
+            new[:pending] = memoryview(buf)[lo:hi]
+            self._buf = new
+        self._lo, self._hi = 0, pending
 
     def next_event(self) -> Event | _NeedDataType:
         if self._state == "response":
             return self._parse_response()
         if self._state == "packets":
             return self._parse_packet()
-        if self._buf:
-            raise ProtocolError(f"{self.what}: {len(self._buf)} unexpected bytes after the final packet")
+        if self._hi > self._lo:
+            raise ProtocolError(f"{self.what}: {self._hi - self._lo} unexpected bytes after the final packet")
         return NEED_DATA
 
     def _parse_response(self) -> Event | _NeedDataType:
-        try:
-            raw, end = read_delimited(self._buf, 0, MAX_RESPONSE_LEN)
-        except NeedData:
-            return NEED_DATA
-        del self._buf[:end]
+        with memoryview(self._buf)[: self._hi] as view:
+            try:
+                raw, end = read_delimited(view, self._lo, MAX_RESPONSE_LEN)
+            except NeedData:
+                return NEED_DATA
+        self._lo = end
         fast = _fast_success(raw)
         if fast is not None:
             return self._start(*fast)
@@ -335,20 +374,20 @@ class ReadBlockParser:
         size, bpc = checksum.size, checksum.bytes_per_checksum
         start, end = self.offset, self.offset + self.length
         output, what, keep = self.output, self.what, self.keep
-        n = len(buf)
-        at = 0  # where the next packet starts in `buf`
+        n = self._hi
+        at = self._lo  # where the next packet starts in `buf`
         taken = 0  # data bytes in the packets taken
         placement = self.placement
+        view = memoryview(buf)[:n]  # the received bytes only: the room past them is not zeroed
         if _take_data_packets is not None and not keep:  # the common packets in one native call
             at, self._pos, self._seqno, taken = _take_data_packets(
-                checksum.kind, bpc, size, buf, 0, self._pos, self._seqno, start, end, output, MAX_PACKET_SIZE,
+                checksum.kind, bpc, size, view, at, self._pos, self._seqno, start, end, output, MAX_PACKET_SIZE,
                 *(() if placement is None else (placement.base, placement.cell, placement.gap)))
         finished: ReadFinished | None = None
-        view = memoryview(buf)
         data = view[0:0]
         try:
             while n - at >= 6:
-                plen, hlen = _PKT_PREFIX.unpack_from(buf, at)
+                plen, hlen = _PKT_PREFIX.unpack_from(view, at)
                 if plen < 4 or hlen > MAX_HEADER_LEN or plen + hlen > MAX_PACKET_SIZE:
                     raise ProtocolError(f"{what}: bad packet lengths PLEN={plen} HLEN={hlen}")
                 total = 2 + hlen + plen
@@ -399,8 +438,7 @@ class ReadBlockParser:
         finally:
             data.release()
             view.release()
-        if at:  # only after a clean pass: views held by an error's traceback would pin `buf`
-            del buf[:at]
+        self._lo = at  # only after a clean pass
         if finished is not None:
             return finished
         return PacketReceived(taken) if taken else NEED_DATA

@@ -232,6 +232,63 @@ def test_property_any_range_any_layout(offset: int, length: int, bpc: int, kind:
     assert parser.done and bytes(parser.output) == BLOCK[offset : offset + length]
 
 
+def receive_in_place(parser: dtp.ReadBlockParser, wire: bytes, sizes: list[int]) -> list[object]:
+    """Drive the parser as a socket's recv_into does: each receive is offered up to the next
+    size, writes fewer bytes than its room, and leaves the rest of the room full of 0xFF (a
+    packet length of 4 GiB, a varint that never ends), which the parser must never parse."""
+    events: list[object] = []
+    pos, i = 0, 0
+    while pos < len(wire):
+        room = parser.receive_buffer(sizes[i % len(sizes)])
+        n = min(len(room), len(wire) - pos, max(1, len(room) // 2 + i % 3))
+        room[:n] = wire[pos : pos + n]
+        room[n:] = b"\xff" * (len(room) - n)
+        room.release()
+        parser.filled(n)
+        pos, i = pos + n, i + 1
+        while (ev := parser.next_event()) is not NEED_DATA:
+            events.append(ev)
+    return events
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 299_999), st.integers(1, 40_000), st.sampled_from([1, 64, 512]), st.integers(1, 70_000),
+       st.lists(st.integers(1, 300_000), min_size=1, max_size=6))
+def test_bytes_received_in_place_read_as_fed_ones_and_the_room_past_them_is_never_parsed(
+        offset: int, length: int, bpc: int, psize: int, sizes: list[int]) -> None:
+    length = min(length, len(BLOCK) - offset)
+    wire = read_response(BLOCK, offset, length, bpc=bpc, packet_size=psize)
+    fed = dtp.ReadBlockParser(offset, length)
+    expected = run(fed, wire, 4096)
+    parser = dtp.ReadBlockParser(offset, length)
+    events = receive_in_place(parser, wire, sizes)
+    assert parser.done and bytes(parser.output) == BLOCK[offset : offset + length]
+    assert [type(e) for e in events if not isinstance(e, dtp.PacketReceived)] == \
+        [type(e) for e in expected if not isinstance(e, dtp.PacketReceived)]
+    assert parser.received == fed.received and parser.buffered == 0
+
+
+def test_a_receive_is_offered_about_the_whole_response_of_a_small_read_and_no_more() -> None:
+    wire = read_response(BLOCK, 4096, 4096)
+    parser = dtp.ReadBlockParser(4096, 4096)
+    room = parser.receive_buffer(256 * 1024)
+    assert len(wire) <= len(room) < 16 * 1024
+    room[: len(wire)] = wire
+    room.release()
+    parser.filled(len(wire))
+    assert [type(e) for e in iter(parser.next_event, NEED_DATA)] == [dtp.ReadStarted, dtp.ReadFinished]
+    assert bytes(parser.output) == BLOCK[4096:8192]
+
+
+def test_bytes_after_the_final_packet_are_refused_when_received_in_place_too() -> None:
+    parser = dtp.ReadBlockParser(0, 512)
+    receive_in_place(parser, read_response(BLOCK, 0, 512), [1 << 16])
+    assert parser.done
+    parser.receive_buffer(10).release()
+    with pytest.raises(ProtocolError, match="3 unexpected bytes after the final packet"):
+        parser.filled(3)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 299_999), st.integers(1, 40_000), st.sampled_from([0, 1, 512, 4096, 65536]),
        st.integers(0, 3), st.integers(0, 5000), st.integers(1, 70_000), st.integers(1, 5000))
