@@ -81,7 +81,7 @@ class DnConnection:
     least once, so the task still yields to others on every operation.
     """
 
-    __slots__ = ("address", "exchanges", "layer", "lowat", "pending", "sock", "waited", "waits")
+    __slots__ = ("address", "exchanges", "layer", "lowat", "pending", "scratch", "sock", "waited", "waits")
 
     def __init__(self, sock: socket.socket, address: str) -> None:
         sock.setblocking(False)
@@ -93,6 +93,7 @@ class DnConnection:
         self.lowat = 1  # the socket's SO_RCVLOWAT: a wait for data ends when this much is in
         self.pending = b""  # a read status not sent yet, as wire bytes (already sealed by the layer)
         self.exchanges = 0  # reads finished on this socket
+        self.scratch: bytearray | None = None  # an AES connection's ciphertext, on its way to a parser
 
     def keep_status(self, status: bytes) -> None:
         """A read finished: its status goes out with the next request (or `flush_status`)."""
@@ -155,25 +156,41 @@ class DnConnection:
     async def receive_into(self, parser: dtp.ReadBlockParser, max_bytes: int, due: int = 1,
                            ready: bool = True) -> int:
         """As `receive`, but into the parser's own buffer (no copy between the socket and
-        the packets); returns the count, 0 at EOF. Under a layer, its plaintext is fed."""
-        if self.layer is not None:
+        the packets); returns the count, 0 at EOF. A layer that opens into a buffer (AES)
+        writes its plaintext there; a framed one's plaintext is fed."""
+        if self.layer is not None and self.layer.open_into_slack is None:
             data = await self.receive(max_bytes, due, ready)
             parser.feed(data)
             return len(data)
         while True:
             if ready:
-                room = parser.receive_buffer(max_bytes)
-                try:
-                    n = self.sock.recv_into(room)
-                except BlockingIOError:
-                    n = -1
-                finally:
-                    room.release()
+                n = self._try_receive_into(parser, max_bytes)
                 if n >= 0:
-                    parser.filled(n)
                     return n
             ready = True
             await self._wait_readable(due)
+
+    def _try_receive_into(self, parser: dtp.ReadBlockParser, max_bytes: int) -> int:
+        """One receive into the parser's room: the count (0 at EOF), -1 when nothing is in."""
+        layer = self.layer
+        slack = 0 if layer is None else layer.open_into_slack or 0
+        room = parser.receive_buffer(max_bytes + slack)
+        try:
+            if layer is None:
+                n = self.sock.recv_into(room)
+            else:  # the ciphertext into this connection's scratch buffer, its plaintext into the room
+                want = len(room) - slack
+                if self.scratch is None or len(self.scratch) < want:
+                    self.scratch = bytearray(max(want, RECEIVE_SIZE))
+                scratch = memoryview(self.scratch)
+                got = self.sock.recv_into(scratch[:want])
+                n = layer.open_into(scratch[:got], room) if got else 0
+        except BlockingIOError:
+            return -1
+        finally:
+            room.release()
+        parser.filled(n)
+        return n
 
     async def _wait_readable(self, due: int) -> None:
         self.waited = True

@@ -187,10 +187,18 @@ class DataTransferSaslClient:
 class StreamLayer:
     """What a negotiated connection does to bytes: `seal` what we send, `open` what arrives."""
 
+    # A layer that can open into the caller's buffer (`open_into`) says how much room it needs
+    # beyond the input's length; None: its plaintext only comes out as new bytes (`open`).
+    open_into_slack: int | None = None
+
     def seal(self, data: bytes) -> bytes:
         raise NotImplementedError
 
     def open(self, data: bytes) -> bytes:
+        raise NotImplementedError
+
+    def open_into(self, data: memoryview, out: memoryview) -> int:
+        """The plaintext of `data` into `out` (at least `open_into_slack` bytes longer); its length."""
         raise NotImplementedError
 
 
@@ -241,5 +249,10 @@ class AesCtrLayer(StreamLayer):
     def seal(self, data: bytes) -> bytes:
         return self._encrypt.update(data)
 
+    open_into_slack = 15  # cryptography's update_into wants an AES block less a byte beyond the input
+
     def open(self, data: bytes) -> bytes:
         return self._decrypt.update(data)
+
+    def open_into(self, data: memoryview, out: memoryview) -> int:
+        return self._decrypt.update_into(data, out)

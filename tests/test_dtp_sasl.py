@@ -161,3 +161,22 @@ def test_aes_ctr_is_one_stream_per_direction(pieces: list[bytes]) -> None:
     sealed = b"".join(client.seal(p) for p in pieces)
     assert datanode.open(sealed) == b"".join(pieces)
     assert client.open(datanode.seal(b"packet")) == b"packet"
+
+
+@given(st.lists(st.binary(max_size=300), max_size=6), st.integers(0, 40))
+def test_aes_ctr_opens_into_a_buffer_as_it_opens_into_bytes(pieces: list[bytes], extra: int) -> None:
+    keys = b"o" * 32, b"\x00" * 15 + b"\xfe", b"i" * 16, b"\x07" * 16
+    datanode = dtp_sasl.AesCtrLayer(*keys)
+    into, to_bytes = dtp_sasl.AesCtrLayer(*keys[2:], *keys[:2]), dtp_sasl.AesCtrLayer(*keys[2:], *keys[:2])
+    for piece in pieces:
+        sealed = datanode.seal(piece)
+        out = bytearray(b"\xaa" * (len(sealed) + into.open_into_slack + extra))
+        n = into.open_into(memoryview(sealed), memoryview(out))
+        assert n == len(piece) and bytes(out[:n]) == piece == to_bytes.open(sealed)
+        assert out[n:] == b"\xaa" * (len(out) - n)  # nothing written past the plaintext
+
+
+def test_only_a_stream_cipher_layer_opens_into_a_buffer() -> None:
+    client, _ = _digest_pair("3des")
+    assert client.open_into_slack is None
+    assert dtp_sasl.AesCtrLayer(b"k" * 16, b"\x00" * 16, b"k" * 16, b"\x00" * 16).open_into_slack == 15
