@@ -25,6 +25,10 @@ Does I/O. The byte layouts live in `hdfsfuse.dtp`; choosing replicas lives in `h
 - A new connection to a DataNode that needs SASL (`hdfsfuse.dnsecurity` decides) makes the
   handshake first (`hdfsfuse.dtp_sasl`); it then carries its layer (DIGEST frames or AES/CTR)
   for its whole life, pooled or not.
+- **Bytes land once.** A read's bytes go from the socket straight into its parser's buffer
+  (`recv_into` its room), and the packet loop copies them from there to their place in the
+  read's output: one copy in user space. AES/CTR decrypts from one scratch buffer per
+  connection into that same room; a DIGEST-framed layer's plaintext is fed (copied) in.
 """
 
 from __future__ import annotations
