@@ -25,8 +25,9 @@ on Kerberos clusters with dfs.data.transfer.protection=integrity, =privacy (DIGE
   caches dropped, after `W3_WARMUPS` untimed reads per mode), MB/s, with the CPU milliseconds
   per MB spent by the daemon and by the cluster's JVM and the machine's busy cores meanwhile
   (the DataNode shares this machine's two cores: under SASL it encrypts and sends
-  `io.file.buffer.size` packets, without sendfile); and Java's stream read of the same file on
-  the same cluster (`java_w3`), as the reference for what the DataNodes serve.
+  `io.file.buffer.size` packets, without sendfile), the TCP segments the DataNode sent per MB
+  (nftables), and Java's stream read of the same file on the same cluster (`java_w3`), as the
+  reference for what the DataNodes serve.
 
 Prints one JSON document. Wall-clock figures on a noisy 2-core machine: read the ratios.
 """
@@ -53,8 +54,10 @@ WARMUP = 200
 # Sequential reads per mode before the timed W3 rounds, kept out of the figures. The JVM compiles
 # the DataNode's AES/CTR path (CryptoOutputStream, the JCE's CTR intrinsic) only after some
 # megabytes: measured on a 64 MiB file, the first AES round ran at 149 MB/s, the next five at
-# 253-295; plain's first two rounds ran at 189 and 230, the next four at 303-325.
-W3_WARMUPS = 2
+# 253-295; plain's first two rounds ran at 189 and 230, the next four at 303-325. Its sendfile
+# path takes longer still: after two 64 MiB reads the plain DataNode spent 1.79-1.94 ms of CPU
+# per MB, after six to eight 1.04-1.34.
+W3_WARMUPS = 6
 PROTECTIONS = ("authentication", "integrity", "privacy")
 
 _RTT_WORKER = """
@@ -138,11 +141,14 @@ TRANSFER_MODES = {
                                             data_transfer_protection="privacy"),
     "privacy + AES/CTR": ClusterOptions(datanodes=1, block_size=BLOCK_SIZE, kerberos=True,
                                         data_transfer_protection="privacy", encrypt_data_transfer=True),
-    # The same with io.file.buffer.size=128 KiB, as production clusters commonly set it: the
-    # DataNode's packet size once SASL rules out sendfile (4 KiB by default).
+    # The same DataNode with 128 KiB buffers: io.file.buffer.size, as production clusters commonly
+    # set it (the packet size once SASL rules out sendfile; 4 KiB by default), and
+    # hadoop.security.crypto.buffer.size, the pieces its CryptoOutputStream encrypts and writes to
+    # the socket (8 KiB by default). The packet size alone changed nothing measurable (0.785 against
+    # 0.762 of plain, and 0.694 against 0.733 in two runs): the stream still left in 8 KiB writes.
     "privacy + AES/CTR, 128 KiB buffers": ClusterOptions(
         datanodes=1, block_size=BLOCK_SIZE, kerberos=True, data_transfer_protection="privacy",
-        encrypt_data_transfer=True, io_file_buffer_size=128 * 1024),
+        encrypt_data_transfer=True, io_file_buffer_size=128 * 1024, crypto_buffer_size=128 * 1024),
 }
 
 
@@ -161,23 +167,25 @@ def _java_w3(cluster: MiniDfs) -> float:
 
 
 def _w3_round(mount: Mount, cluster: MiniDfs, size: int) -> dict[str, float]:
-    """MB/s, and the CPU milliseconds per MB the daemon and the cluster's JVM each spent."""
+    """MB/s, the CPU milliseconds per MB the daemon and the cluster's JVM each spent, and the
+    TCP segments per MB the DataNode sent."""
     drop_caches()
     daemon, jvm = daemon_pid(mount), cluster.pid
     cpu_daemon, cpu_jvm = _process_cpu(daemon), _process_cpu(jvm)
     machine = _machine_ticks()
-    t = time.perf_counter()
     n = 0
-    with open(mount.path("/w1"), "rb", buffering=0) as f:
-        while chunk := f.read(1 << 20):
-            n += len(chunk)
-    elapsed = time.perf_counter() - t
+    with cluster.wire() as wire:
+        t = time.perf_counter()
+        with open(mount.path("/w1"), "rb", buffering=0) as f:
+            while chunk := f.read(1 << 20):
+                n += len(chunk)
+        elapsed = time.perf_counter() - t
     total, idle = (after - before for after, before in zip(_machine_ticks(), machine, strict=True))
     if n != size:
         raise RuntimeError("short sequential read")
     mb = size / 1e6
     return {"mb_per_s": mb / elapsed, "daemon_cpu_ms_per_mb": (_process_cpu(daemon) - cpu_daemon) * 1e3 / mb,
-            "cluster_cpu_ms_per_mb": (_process_cpu(jvm) - cpu_jvm) * 1e3 / mb,
+            "cluster_cpu_ms_per_mb": (_process_cpu(jvm) - cpu_jvm) * 1e3 / mb, "segments_per_mb": wire.packets / mb,
             "machine_busy_cores": (os.cpu_count() or 1) * (1 - idle / total) if total else 0.0}
 
 
@@ -245,6 +253,7 @@ def transfer(a: argparse.Namespace) -> dict[str, object]:
             "w3_daemon_cpu_ms_per_mb": round(w3_median[name]["daemon_cpu_ms_per_mb"], 2),
             "w3_cluster_cpu_ms_per_mb": round(w3_median[name]["cluster_cpu_ms_per_mb"], 2),
             "w3_machine_busy_cores": round(w3_median[name]["machine_busy_cores"], 2),
+            "w3_segments_per_mb": round(w3_median[name]["segments_per_mb"], 1),
             "java_w3_mb_per_s": round(java_median[name], 1),
             "java_w3_vs_plain": round(java_median[name] / java_median["plain"], 3),
         }

@@ -158,6 +158,9 @@ class ClusterOptions:
     # The DataNodes' io.file.buffer.size: under SASL (no sendfile) it is their packet size. The
     # DataNode reads it once from a classpath core-site.xml, so it goes there.
     io_file_buffer_size: int | None = None
+    # Their hadoop.security.crypto.buffer.size: under AES/CTR the DataNode encrypts and writes
+    # its stream this many bytes at a time (CryptoOutputStream; 8 KiB by default). Also there.
+    crypto_buffer_size: int | None = None
     # Short-circuit local reads: a domain socket per DataNode (needs libhadoop-kit; see
     # `short_circuit_unavailable`). The socket directory is passed in by MiniDfs.start.
     short_circuit: bool = False
@@ -218,11 +221,12 @@ class MiniDfs:
         # A per-cluster classpath directory: a secure cluster's ssl-client.xml / ssl-server.xml.
         resources = self._base_dir / "resources"
         resources.mkdir()
-        if self.options.io_file_buffer_size:
-            (resources / "core-site.xml").write_text(
-                "<configuration><property><name>io.file.buffer.size</name>"
-                f"<value>{int(self.options.io_file_buffer_size)}</value></property></configuration>\n"
-            )
+        props = {"io.file.buffer.size": self.options.io_file_buffer_size,
+                 "hadoop.security.crypto.buffer.size": self.options.crypto_buffer_size}
+        if any(props.values()):
+            (resources / "core-site.xml").write_text("<configuration>" + "".join(
+                f"<property><name>{k}</name><value>{int(v)}</value></property>" for k, v in props.items() if v
+            ) + "</configuration>\n")
         jvm_flags: list[str] = []
         launcher_flags: list[str] = []
         if self.options.short_circuit:

@@ -39,6 +39,8 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
                    help="principal NAME may impersonate any user from 127.0.0.1")
     p.add_argument("--io-file-buffer-size", metavar="BYTES", type=int, default=None,
                    help="the DataNodes' io.file.buffer.size (their packet size under SASL)")
+    p.add_argument("--crypto-buffer-size", metavar="BYTES", type=int, default=None,
+                   help="the DataNodes' hadoop.security.crypto.buffer.size (their write size under AES/CTR)")
     p.add_argument("--short-circuit", action="store_true",
                    help="a domain socket per DataNode for short-circuit local reads (builds libhadoop-kit once)")
     p.add_argument("--federation", metavar="N", type=int, default=0,
@@ -64,6 +66,7 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
         datanode_hostname=a.datanode_hostname, kerberos=a.kerberos, rpc_protection=a.rpc_protection,
         data_transfer_protection=a.data_transfer_protection, encrypt_data_transfer=a.encrypt_data_transfer,
         ticket_lifetime=a.ticket_lifetime, proxy_user=a.proxy_user, io_file_buffer_size=a.io_file_buffer_size,
+        crypto_buffer_size=a.crypto_buffer_size,
         short_circuit=a.short_circuit, federation=a.federation or (2 if a.router else 0), router=a.router,
     )
 
