@@ -46,8 +46,8 @@ class MountOptions:
     attr_timeout: float = 5.0
     negative_timeout: float = 2.0
     direct_io: bool = False
-    readahead_max: int = 8 * MiB  # per open file (per data unit of an erasure-coded one)
-    readahead_total: int = 64 * MiB  # all open files together
+    readahead_max: int = 16 * MiB  # per open file (per data unit of an erasure-coded one)
+    readahead_total: int = 128 * MiB  # all open files together
     read_ahead_kb: int = 1024  # the kernel's readahead for this mount (bdi), set when root
     max_background: int = 64  # the kernel's async request limit for this connection, set when root
     connect_timeout: float = 5.0
@@ -153,9 +153,9 @@ Mount options (-o a,b=c):
   attr_timeout=S         kernel attribute cache, seconds (default 5)
   negative_timeout=S     cache of missing names, seconds (default 2)
   direct_io              bypass the page cache: every read reaches HDFS exactly as asked
-  readahead_max=SIZE     per-file readahead cap for sequential reads (default 8M; 0 turns it off);
+  readahead_max=SIZE     per-file readahead cap for sequential reads (default 16M; 0 turns it off);
                          an erasure-coded file gets it once per data unit
-  readahead_total=SIZE   memory cap for all readahead buffers (default 64M)
+  readahead_total=SIZE   memory cap for all readahead buffers (default 128M)
   read_ahead_kb=N        kernel readahead for the mount, set when root (default 1024)
   max_background=N       kernel async request limit for the mount, set when root (default 64)
   connect_timeout=S      DataNode connect timeout (default 5)
