@@ -29,7 +29,9 @@ on Kerberos clusters with dfs.data.transfer.protection=integrity, =privacy (DIGE
   (nftables), and Java's stream read of the same file on the same cluster (`java_w3`), as the
   reference for what the DataNodes serve.
 
-Prints one JSON document. Wall-clock figures on a noisy 2-core machine: read the ratios.
+Transfer rounds interleave the modes, each round starting with the next one, and every timed
+pass waits for a quiet machine (`_wait_quiet`). Prints one JSON document. Wall-clock figures on
+a noisy 2-core machine: read the ratios.
 """
 
 from __future__ import annotations
@@ -189,6 +191,19 @@ def _w3_round(mount: Mount, cluster: MiniDfs, size: int) -> dict[str, float]:
             "machine_busy_cores": (os.cpu_count() or 1) * (1 - idle / total) if total else 0.0}
 
 
+def _wait_quiet(busy: float = 0.3, window: float = 0.3, limit: float = 10.0) -> None:
+    """Wait until the machine's CPUs were busy less than `busy` cores over `window` seconds (at
+    most `limit` seconds in all), so a timed pass does not share the cores with what ran before
+    it (a DataNode still sending, a JVM collecting the garbage of the last pass)."""
+    give_up = time.monotonic() + limit
+    while time.monotonic() < give_up:
+        before = _machine_ticks()
+        time.sleep(window)
+        total, idle = (after - b for after, b in zip(_machine_ticks(), before, strict=True))
+        if total and (os.cpu_count() or 1) * (1 - idle / total) < busy:
+            return
+
+
 def _machine_ticks() -> tuple[int, int]:
     """All CPUs' ticks so far, and the idle ones among them (idle + iowait), from /proc/stat."""
     ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -218,9 +233,15 @@ def transfer(a: argparse.Namespace) -> dict[str, object]:
             for _ in range(W3_WARMUPS):  # untimed, every mode alike: the DataNodes' JIT (AES) warms up
                 for name, m in mounts.items():
                     _w3_round(m, clusters[name], size)
+            names = list(mounts)
             for r in range(a.rounds):
-                for name, m in mounts.items():
-                    c = clusters[name]
+                # Each round starts with another mode, and every timed pass on a quiet machine: no
+                # mode is always measured right after the same other one (the 3des DataNode's
+                # seconds of cipher work, a Java client's exit and its cluster's garbage after it).
+                order = names[r % len(names):] + names[:r % len(names)]
+                for name in order:
+                    m, c = mounts[name], clusters[name]
+                    _wait_quiet()
                     before = c.metrics_total()
                     with c.wire() as wire:
                         result = _w1_round(m, a.reads, size, seed=r, aligned=True)
@@ -229,8 +250,11 @@ def transfer(a: argparse.Namespace) -> dict[str, object]:
                     result["bytesread_amp"] = (after["BytesRead"] - before["BytesRead"]) / app
                     result["wire_amp"] = wire.bytes / app
                     w1[name].append(result)
-                for name, m in mounts.items():
-                    w3[name].append(_w3_round(m, clusters[name], size))
+                for name in order:
+                    _wait_quiet()
+                    w3[name].append(_w3_round(mounts[name], clusters[name], size))
+                for name in order:
+                    _wait_quiet()
                     java_w3[name].append(_java_w3(clusters[name]))
     finally:
         for m in mounts.values():
