@@ -203,7 +203,9 @@ def parse_options(option_strings: list[str]) -> MountOptions:
     if opts.cache_dir is not None and opts.cache_size < MiB:
         raise ConfigError("option cache_size must be at least 1M")
     if opts.readahead_max > opts.readahead_total:
-        raise ConfigError("option readahead_max must not exceed readahead_total")
+        if opts.readahead_max != MountOptions.readahead_max:
+            raise ConfigError("option readahead_max must not exceed readahead_total")
+        opts.readahead_max = opts.readahead_total  # a smaller budget lowers the default cap with it
     return opts
 
 

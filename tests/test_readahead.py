@@ -281,3 +281,14 @@ async def test_a_striped_window_serves_its_first_cells_before_its_last_arrive() 
         assert got == []  # waits for it
         rest.set()
     assert got == [window[M - 10 : M + 10]]
+
+
+def test_a_smaller_budget_lowers_the_default_cap_and_refuses_a_larger_one() -> None:
+    from hdfsfuse.errors import ConfigError
+    from hdfsfuse.options import parse_options
+
+    assert parse_options([]).readahead_max == 16 * M
+    assert parse_options(["readahead_total=8M"]).readahead_max == 8 * M  # was valid with the old 8M default
+    assert parse_options(["readahead_max=4M", "readahead_total=8M"]).readahead_max == 4 * M
+    with pytest.raises(ConfigError, match="readahead_max must not exceed readahead_total"):
+        parse_options(["readahead_max=32M", "readahead_total=16M"])
