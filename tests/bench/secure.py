@@ -182,13 +182,13 @@ def _w3_round(mount: Mount, cluster: MiniDfs, size: int) -> dict[str, float]:
             while chunk := f.read(1 << 20):
                 n += len(chunk)
         elapsed = time.perf_counter() - t
-    total, idle = (after - before for after, before in zip(_machine_ticks(), machine, strict=True))
+    busy = _busy_cores_since(machine)
     if n != size:
         raise RuntimeError("short sequential read")
     mb = size / 1e6
     return {"mb_per_s": mb / elapsed, "daemon_cpu_ms_per_mb": (_process_cpu(daemon) - cpu_daemon) * 1e3 / mb,
             "cluster_cpu_ms_per_mb": (_process_cpu(jvm) - cpu_jvm) * 1e3 / mb, "segments_per_mb": wire.packets / mb,
-            "machine_busy_cores": (os.cpu_count() or 1) * (1 - idle / total) if total else 0.0}
+            "machine_busy_cores": busy}
 
 
 def _wait_quiet(busy: float = 0.3, window: float = 0.3, limit: float = 10.0) -> None:
@@ -199,9 +199,14 @@ def _wait_quiet(busy: float = 0.3, window: float = 0.3, limit: float = 10.0) -> 
     while time.monotonic() < give_up:
         before = _machine_ticks()
         time.sleep(window)
-        total, idle = (after - b for after, b in zip(_machine_ticks(), before, strict=True))
-        if total and (os.cpu_count() or 1) * (1 - idle / total) < busy:
+        if _busy_cores_since(before) < busy:
             return
+
+
+def _busy_cores_since(before: tuple[int, int]) -> float:
+    """How many of the machine's CPUs were busy, on average, since `_machine_ticks()` gave `before`."""
+    total, idle = (after - b for after, b in zip(_machine_ticks(), before, strict=True))
+    return (os.cpu_count() or 1) * (1 - idle / total) if total else 0.0
 
 
 def _machine_ticks() -> tuple[int, int]:
