@@ -74,7 +74,7 @@ class ReadaheadPlanner:
         return Decision(offset, length, prefetch, True)
 
 
-PIECE = 4096 * KiB
+PIECE = 8192 * KiB
 
 
 def prefetch_pieces(offset: int, length: int, piece: int = PIECE) -> list[tuple[int, int]]:
@@ -83,19 +83,24 @@ def prefetch_pieces(offset: int, length: int, piece: int = PIECE) -> list[tuple[
     fall inside one of them (no join).
 
     Each read is answered on its own (a local replica's pread in its own worker thread, a
-    DataNode's READ_BLOCK on its own pooled connection), so several are in flight while the
-    reader consumes the first. A full window (the 16 MiB default cap) is four pieces in flight.
-    How many are in flight matters (2 MiB pieces under a 4 MiB cap, two of them, read 494 MB/s
-    from short-circuit replicas against 557-566 with four), and so does how long each is: a
-    READ_BLOCK has a fixed cost in the DataNode and the daemon (the request, its first packet
-    from a cold disk), paid half as often with 4 MiB pieces.
+    DataNode's READ_BLOCK on its own pooled connection), so a full window (the 16 MiB default
+    cap) is two or three pieces in flight while the reader consumes what came before. A READ_BLOCK has
+    a fixed cost in the DataNode and the daemon (the request, its first packet from a cold
+    disk), and each read in flight at once holds a connection: a new one to a DataNode that
+    wants SASL pays a handshake (a DIGEST-MD5 exchange, and AES keys under encryption: about
+    4 ms of the DataNode's CPU and 1 ms of the daemon's), and pooled ones last only the
+    DataNode's 4 s keepalive, so a sequential read after a pause opens them all again.
 
     Measured (cold sequential reads through the mount in 1 MiB reads, medians of interleaved
-    rounds in one run, 4 MiB pieces under a 16 MiB cap against 2 MiB under 8 MiB): a 512 MiB
-    file over TCP from three DataNodes 717 against 644 MB/s (1.11x, ahead in every round);
-    from short-circuit replicas 1032 against 1045 (within the spread); a 64 MiB file from a
-    DataNode under AES/CTR privacy 468-472 against 443-448 (the daemon 1.34 against 1.49 ms of
-    CPU per MB, the DataNode 1.49 against 1.64), plain 557-570 against 546-558.
+    rounds in one run, the 16 MiB cap): 8 MiB pieces against 4 MiB read a 512 MiB file over
+    TCP from three DataNodes at 529 against 511 MB/s (1.04x) and from short-circuit replicas
+    at 750 against 714 (1.05x); a 64 MiB file from one DataNode with an idle pool, under
+    AES/CTR privacy, at 331 against 281 (1.18x, higher in each of 6 rounds: 4 handshakes per
+    read against 5.5, the DataNode's CPU 2.46 against 2.98 ms per MB), and plain at 405
+    against 380; a second such run, 295 against 258 under AES and 355 against 358 plain.
+    (Handing a piece's verified bytes to the reader as they land, as an erasure-coded
+    window's are, was tried on top and gave nothing measurable there: 282 under AES.) (Against 2 MiB pieces under an 8 MiB cap, four in flight, 4 MiB pieces had
+    read 717 against 644 MB/s over TCP.)
     """
     out = []
     end = offset + length

@@ -170,11 +170,11 @@ async def test_a_buffer_an_earlier_read_waits_for_is_not_dropped_by_a_later_one(
 
 
 def test_a_prefetch_is_cut_at_piece_boundaries() -> None:
-    assert prefetch_pieces(5 * M, 16 * M) == [(5 * M, 3 * M), (8 * M, 4 * M), (12 * M, 4 * M), (16 * M, 4 * M),
-                                              (20 * M, M)]
-    assert prefetch_pieces(4 * M, 4 * M) == [(4 * M, 4 * M)]  # one piece: one read
+    assert prefetch_pieces(5 * M, 16 * M) == [(5 * M, 3 * M), (8 * M, 8 * M), (16 * M, 5 * M)]
+    assert prefetch_pieces(8 * M, 8 * M) == [(8 * M, 8 * M)]  # one piece: one read
     assert prefetch_pieces(3 * M + 7, 100) == [(3 * M + 7, 100)]
-    assert PIECE == 4 * M
+    assert prefetch_pieces(5 * M, 8 * M, piece=4 * M) == [(5 * M, 3 * M), (8 * M, 4 * M), (12 * M, M)]
+    assert PIECE == 8 * M
 
 
 @given(st.integers(0, 1 << 40), st.integers(1, 16 * M), st.integers(64 * K, 8 * M))
@@ -187,7 +187,7 @@ def test_pieces_cover_the_prefetch_exactly(offset: int, length: int, piece: int)
 
 
 async def test_a_replicated_files_prefetch_runs_as_concurrent_pieces() -> None:
-    """The mount fetches a replicated file's window as 4 MiB reads, all in flight at once
+    """The mount fetches a replicated file's window as 8 MiB reads, all in flight at once
     (a striped file's as one read: its planner fans it out over the data units)."""
     from types import SimpleNamespace
 
@@ -204,7 +204,7 @@ async def test_a_replicated_files_prefetch_runs_as_concurrent_pieces() -> None:
         await release.wait()
         return bytes([offset // M % 251]) * length
 
-    pieces = [(5 * M, 3 * M), (8 * M, 4 * M), (12 * M, M)]
+    pieces = [(5 * M, 3 * M), (8 * M, 5 * M)]
     for ec_policy, expected, across in ((None, pieces, bytes([5]) * (2 * M - 5) + bytes([8]) * 5),
                                         (SimpleNamespace(data_units=3), [(5 * M, 8 * M)], bytes([5]) * (2 * M))):
         in_flight.clear()
