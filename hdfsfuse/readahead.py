@@ -99,8 +99,9 @@ def prefetch_pieces(offset: int, length: int, piece: int = PIECE) -> list[tuple[
     read against 5.5, the DataNode's CPU 2.46 against 2.98 ms per MB), and plain at 405
     against 380; a second such run, 295 against 258 under AES and 355 against 358 plain.
     (Handing a piece's verified bytes to the reader as they land, as an erasure-coded
-    window's are, was tried on top and gave nothing measurable there: 282 under AES.) (Against 2 MiB pieces under an 8 MiB cap, four in flight, 4 MiB pieces had
-    read 717 against 644 MB/s over TCP.)
+    window's are, was tried on top and gave nothing measurable there: 282 under AES.)
+    Against 2 MiB pieces under an 8 MiB cap, four in flight, 4 MiB pieces had read 717
+    against 644 MB/s over TCP.
     """
     out = []
     end = offset + length
