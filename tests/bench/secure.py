@@ -27,7 +27,8 @@ on Kerberos clusters with dfs.data.transfer.protection=integrity, =privacy (DIGE
   (the DataNode shares this machine's two cores: under SASL it encrypts and sends
   `io.file.buffer.size` packets, without sendfile), the TCP segments the DataNode sent per MB
   (nftables), and Java's stream read of the same file on the same cluster (`java_w3`), as the
-  reference for what the DataNodes serve.
+  reference for what the DataNodes serve. Besides the ratio of medians, each round's own ratio
+  to plain (`w3_vs_plain_by_round`) shows the spread.
 
 Transfer rounds interleave the modes, each round starting with the next one, and every timed
 pass waits for a quiet machine (`_wait_quiet`). Prints one JSON document. Wall-clock figures on
@@ -279,6 +280,9 @@ def transfer(a: argparse.Namespace) -> dict[str, object]:
             "w1_wire_amp": round(w1_median[name]["wire_amp"], 4),
             "w3_mb_per_s": round(w3_median[name]["mb_per_s"], 1),
             "w3_vs_plain": round(w3_median[name]["mb_per_s"] / plain_w3, 3),
+            # Each round's own ratio (the passes of one round ran one after the other): the spread.
+            "w3_vs_plain_by_round": [round(mine["mb_per_s"] / plain["mb_per_s"], 3)
+                                     for mine, plain in zip(w3[name], w3["plain"], strict=True)],
             "w3_daemon_cpu_ms_per_mb": round(w3_median[name]["daemon_cpu_ms_per_mb"], 2),
             "w3_cluster_cpu_ms_per_mb": round(w3_median[name]["cluster_cpu_ms_per_mb"], 2),
             "w3_machine_busy_cores": round(w3_median[name]["machine_busy_cores"], 2),
