@@ -1,6 +1,7 @@
 """Secure-cluster figures (issue 12), every contender in the same run:
 
     .venv/bin/python -m tests.bench.secure [--only rpc|transfer] [--reads N] [--rounds R] [--calls N]
+                                           [--mode MODE]... [--pin]
 
 RPC (issue 12):
 
@@ -33,6 +34,11 @@ on Kerberos clusters with dfs.data.transfer.protection=integrity, =privacy (DIGE
 Transfer rounds interleave the modes, each round starting with the next one, and every timed
 pass waits for a quiet machine (`_wait_quiet`). Prints one JSON document. Wall-clock figures on
 a noisy 2-core machine: read the ratios.
+
+`--mode NAME` (repeatable) runs only those transfer modes, and plain. `--pin` gives
+the clusters a CPU of their own, as DataNodes on other hosts would have: every thread of every
+cluster JVM on the last CPU, the mounts' daemons, this process and the readers it starts on the
+others.
 """
 
 from __future__ import annotations
@@ -216,12 +222,26 @@ def _machine_ticks() -> tuple[int, int]:
     return sum(ticks), ticks[3] + ticks[4]
 
 
+def _pin(clusters: list[MiniDfs], mounts: list[Mount]) -> None:
+    """Every cluster JVM thread on the last CPU; the daemons, this process and its children on the rest."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs two CPUs")
+    client_cpus = ",".join(map(str, cpus[:-1]))
+    for pid, where in [(c.pid, str(cpus[-1])) for c in clusters] + [(daemon_pid(m), client_cpus) for m in mounts]:
+        subprocess.run(["taskset", "--all-tasks", "--pid", "--cpu-list", where, str(pid)], check=True,
+                       stdout=subprocess.DEVNULL)
+    os.sched_setaffinity(0, cpus[:-1])
+
+
 def transfer(a: argparse.Namespace) -> dict[str, object]:
     clusters: dict[str, MiniDfs] = {}
     mounts: dict[str, Mount] = {}
     size = 64 * MiB
+    modes = {name: options for name, options in TRANSFER_MODES.items()
+             if a.modes is None or name == "plain" or name in a.modes}
     try:
-        for name, options in TRANSFER_MODES.items():
+        for name, options in modes.items():
             clusters[name], _ = _start(name, options)
         with tempfile.NamedTemporaryFile() as f:
             f.write(random.Random(1).randbytes(size))
@@ -233,6 +253,8 @@ def transfer(a: argparse.Namespace) -> dict[str, object]:
                 keytab, principal = _keytab(c)
                 opts = [f"keytab={keytab}", f"principal={principal}"] if keytab else []
                 mounts[name] = Mount(c, *opts, env={"KRB5CCNAME": f"FILE:{empty}/none"})
+            if a.pin:
+                _pin(list(clusters.values()), list(mounts.values()))
             w1: dict[str, list[dict[str, float]]] = {name: [] for name in mounts}
             w3: dict[str, list[dict[str, float]]] = {name: [] for name in mounts}
             java_w3: dict[str, list[dict[str, float]]] = {name: [] for name in mounts}
@@ -290,7 +312,7 @@ def transfer(a: argparse.Namespace) -> dict[str, object]:
             "java_w3_mb_per_s": round(java_median[name], 1),
             "java_w3_vs_plain": round(java_median[name] / java_median["plain"], 3),
         }
-        for name in TRANSFER_MODES
+        for name in modes
     }
 
 
@@ -300,6 +322,9 @@ def main() -> None:
     p.add_argument("--reads", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--mode", dest="modes", action="append", choices=list(TRANSFER_MODES),
+                   help="a transfer mode to run (repeatable; plain always runs; default: all)")
+    p.add_argument("--pin", action="store_true", help="the clusters on the last CPU, the mounts on the others")
     a = p.parse_args()
     report: dict[str, object] = {}
     if a.only != "transfer":
