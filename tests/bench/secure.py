@@ -239,7 +239,7 @@ def transfer(a: argparse.Namespace) -> dict[str, object]:
     mounts: dict[str, Mount] = {}
     size = 64 * MiB
     modes = {name: options for name, options in TRANSFER_MODES.items()
-             if a.modes is None or name == "plain" or name in a.modes}
+             if a.chosen_modes is None or name == "plain" or name in a.chosen_modes}
     try:
         for name, options in modes.items():
             clusters[name], _ = _start(name, options)
@@ -322,7 +322,7 @@ def main() -> None:
     p.add_argument("--reads", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=300)
-    p.add_argument("--mode", dest="modes", action="append", choices=list(TRANSFER_MODES),
+    p.add_argument("--mode", dest="chosen_modes", action="append", choices=list(TRANSFER_MODES),
                    help="a transfer mode to run (repeatable; plain always runs; default: all)")
     p.add_argument("--pin", action="store_true", help="the clusters on the last CPU, the mounts on the others")
     a = p.parse_args()
