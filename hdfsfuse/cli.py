@@ -23,11 +23,11 @@ from collections.abc import Callable
 import trio
 
 from hdfsfuse import __version__
-from hdfsfuse.config import NameNodeTarget, ViewTarget, load_hadoop_conf, resolve_source
+from hdfsfuse.conf.hadoop import NameNodeTarget, ViewTarget, load_hadoop_conf, resolve_source
+from hdfsfuse.conf.mount_options import HELP, LOG_LEVELS, MountOptions, parse_options
 from hdfsfuse.daemon import check_mountpoint, check_view, mount_entry, notify_systemd, run_mount
 from hdfsfuse.errors import ConfigError, HdfsError
-from hdfsfuse.fs import STATS_XATTR
-from hdfsfuse.options import HELP, LOG_LEVELS, MountOptions, parse_options
+from hdfsfuse.fuse.operations import STATS_XATTR
 from hdfsfuse.wire import ProtocolError
 
 log = logging.getLogger("hdfsfuse")

@@ -25,16 +25,16 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from hdfsfuse.allocator import keep_read_buffers
-from hdfsfuse.client import ClientOptions, HdfsClient
-from hdfsfuse.config import NameNodeTarget, ViewTarget
-from hdfsfuse.datanode import Timeouts
+from hdfsfuse.client.client import ClientOptions, HdfsClient
+from hdfsfuse.conf.hadoop import NameNodeTarget, ViewTarget
+from hdfsfuse.conf.mount_options import MountOptions
+from hdfsfuse.datanode.buffers import keep_read_buffers
+from hdfsfuse.datanode.connection import Timeouts
 from hdfsfuse.errors import ConfigError
-from hdfsfuse.fs import HdfsOperations
-from hdfsfuse.live_invalidation import LiveInvalidation
-from hdfsfuse.local_io_threads import shorten_switch_interval
-from hdfsfuse.options import MountOptions
-from hdfsfuse.security import SecurityOptions
+from hdfsfuse.fuse.invalidation import LiveInvalidation
+from hdfsfuse.fuse.operations import HdfsOperations
+from hdfsfuse.local.io_threads import shorten_switch_interval
+from hdfsfuse.security.credentials import SecurityOptions
 from hdfsfuse.stats import Stats, prometheus
 
 log = logging.getLogger(__name__)

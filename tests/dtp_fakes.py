@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from hdfsfuse.checksum import Checksum
+from hdfsfuse.datanode.checksum import Checksum
 from hdfsfuse.proto import datatransfer_pb2
 from hdfsfuse.wire import delimited
 

@@ -1,4 +1,4 @@
-"""Read buffers reused from the heap (hdfsfuse.allocator): counted in page faults, not time."""
+"""Read buffers reused from the heap (hdfsfuse.datanode.buffers): counted in page faults, not time."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 # read's pieces and chunks are; prints the minor page faults the last eight rounds took.
 ROUNDS = """
 import resource, sys
-from hdfsfuse.allocator import keep_read_buffers
+from hdfsfuse.datanode.buffers import keep_read_buffers
 if sys.argv[1] == "tuned":
     assert keep_read_buffers()
 def read_round():
@@ -38,8 +38,8 @@ def test_freed_read_buffers_are_reused_without_page_faults() -> None:
 
 
 def test_read_buffers_are_bytearrays_of_their_size_left_unzeroed() -> None:
-    from hdfsfuse import allocator
-    from hdfsfuse.checksum import chunked_crc
+    from hdfsfuse.datanode import buffers as allocator
+    from hdfsfuse.datanode.checksum import chunked_crc
 
     assert allocator.read_buffer is (bytearray if chunked_crc is None else chunked_crc.buffer)
     for n in (0, 1, 4096, 3 << 20):

@@ -1,4 +1,4 @@
-"""Which bytes of a striped read in flight have landed (hdfsfuse.arrival): the complete prefix
+"""Which bytes of a striped read in flight have landed (hdfsfuse.erasure.arrival): the complete prefix
 against a byte-by-byte reckoning, for any plan and any order of delivery; waiting for it."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdfsfuse.arrival import Arrival
-from hdfsfuse.erasure import EcPolicy
-from hdfsfuse.striping import UnitRead, plan_group_read
+from hdfsfuse.erasure.arrival import Arrival
+from hdfsfuse.erasure.codec import EcPolicy
+from hdfsfuse.erasure.striping import UnitRead, plan_group_read
 
 K = 1024
 

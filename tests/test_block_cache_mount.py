@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hdfsfuse import uring
+from hdfsfuse.local import uring
 from tests.bench.run import daemon_pid
 from tests.conftest import random_bytes, wait_until
 from tests.minidfs import MiniDfs

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdfsfuse import blockcache
-from hdfsfuse.blockcache import SUBDIR, BlockCache, BlockKey, CacheCorrupt
-from hdfsfuse.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum
+from hdfsfuse.datanode.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum
+from hdfsfuse.local.blockcache import store as blockcache
+from hdfsfuse.local.blockcache.store import SUBDIR, BlockCache, BlockKey, CacheCorrupt
 from tests.page_residency import (
     drop_pages,
     page_cache_bypass_unavailable,
@@ -212,7 +212,7 @@ def test_lookups_in_threads_under_evictions_are_exact_or_misses(tmp_path: Path) 
 
 
 def test_nowait_lookups_never_wait_for_files_or_disks(tmp_path: Path) -> None:
-    from hdfsfuse.localio import WouldBlock
+    from hdfsfuse.local.verified_io import WouldBlock
 
     cache = _cache(tmp_path)
     _store(cache, 0, 11)
@@ -238,7 +238,7 @@ def test_a_lookup_that_waits_for_the_disk_reads_in_the_blocks_checksums(tmp_path
     """A lookup that must wait for the disk asks the kernel for its data and all of its block's
     checksums and flags at once, so it waits for one disk read, and the block's next lookups
     wait for their data alone. The nowait lookup of the trio loop asks before it gives up."""
-    from hdfsfuse.localio import WouldBlock
+    from hdfsfuse.local.verified_io import WouldBlock
 
     chunks = 4096  # a 20-byte header, 16 KiB of checksums, 4 KiB of flags: data from page 6
     big = bytes((i * 13 + 5) % 251 for i in range(chunks * BPC))
@@ -276,7 +276,7 @@ def test_inline_lookups_serve_hits_in_memory_and_leave_the_rest_to_the_usual_pat
     """`CachedReads.read_now`, the mount's hot path: a small hit of an open block whose bytes
     are in memory is served (and counted) inline; anything else is None, for `read` to handle,
     and a corrupt entry is dropped and counted on the way."""
-    from hdfsfuse.cached_reads import NOWAIT_MAX, CachedReads
+    from hdfsfuse.local.blockcache.reads import NOWAIT_MAX, CachedReads
     from hdfsfuse.proto import hdfs_pb2
     from hdfsfuse.stats import Stats
 
@@ -344,7 +344,7 @@ def test_a_large_lookup_reads_its_bytes_past_the_page_cache_and_still_verifies_t
 
 
 def _preads(reads: list[tuple[int, bytearray, int]]) -> list[int]:
-    """What hdfsfuse.uring's pread_into does, done here with os.preadv."""
+    """What hdfsfuse.local.uring's pread_into does, done here with os.preadv."""
     return [os.preadv(fd, [buf], off) for fd, buf, off in reads]
 
 
@@ -427,10 +427,10 @@ async def test_an_inline_lookup_may_poll_the_disk_for_cold_bytes_and_still_verif
     import trio
     import trio.testing
 
-    from hdfsfuse import cached_reads
-    from hdfsfuse.cached_reads import CachedReads
-    from hdfsfuse.local_io_threads import LocalIoThreads
-    from hdfsfuse.localio import WouldBlock
+    from hdfsfuse.local.blockcache import reads as cached_reads
+    from hdfsfuse.local.blockcache.reads import CachedReads
+    from hdfsfuse.local.io_threads import LocalIoThreads
+    from hdfsfuse.local.verified_io import WouldBlock
     from hdfsfuse.proto import hdfs_pb2
     from hdfsfuse.stats import Stats
 

@@ -12,8 +12,8 @@ import pytest
 import trio
 import trio.testing
 
-from hdfsfuse.cache_freshness import CacheFreshness
 from hdfsfuse.errors import BlockUnavailable, FileChanged
+from hdfsfuse.local.blockcache.freshness import CacheFreshness
 
 MAX_AGE, WAIT = 1.0, 0.5
 
@@ -107,7 +107,7 @@ def test_a_reader_whose_block_another_renewal_missed_renews_it_itself() -> None:
 def test_a_changed_file_turns_the_cache_off_for_good(caplog: pytest.LogCaptureFixture) -> None:
     async def body(f: CacheFreshness, nursery: trio.Nursery) -> None:
         renew = Renewer(f, error=FileChanged("/f was truncated since it was opened"))
-        with caplog.at_level(logging.INFO, logger="hdfsfuse.cache_freshness"):
+        with caplog.at_level(logging.INFO, logger="hdfsfuse.local.blockcache.freshness"):
             assert not await f.renewed(0, renew, nursery, max_age=MAX_AGE, wait=WAIT)
         assert f.refused
         f.note([0], trio.current_time())  # a later description does not bring it back
@@ -150,7 +150,7 @@ def test_a_slow_namenode_holds_only_the_reads_that_came_within_the_wait() -> Non
 def test_a_failing_namenode_is_asked_again_only_after_max_age(caplog: pytest.LogCaptureFixture) -> None:
     async def body(f: CacheFreshness, nursery: trio.Nursery) -> None:
         renew = Renewer(f, error=BlockUnavailable("namenode unreachable"))
-        with caplog.at_level(logging.WARNING, logger="hdfsfuse.cache_freshness"):
+        with caplog.at_level(logging.WARNING, logger="hdfsfuse.local.blockcache.freshness"):
             assert not await f.renewed(0, renew, nursery, max_age=MAX_AGE, wait=WAIT)
             assert not await f.renewed(0, renew, nursery, max_age=MAX_AGE, wait=WAIT)
             assert renew.calls == [0]  # no retry within max_age

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdfsfuse.config import load_hadoop_conf, parse_hadoop_xml, resolve_uri
+from hdfsfuse.conf.hadoop import load_hadoop_conf, parse_hadoop_xml, resolve_uri
 from hdfsfuse.errors import ConfigError
 
 CORE = b"""<?xml version="1.0"?>
@@ -169,8 +169,8 @@ def test_ipv6_namenode_addresses_in_config(value: str, expected: tuple[str, int]
 
 
 def test_ipv6_uri_label_and_datanode_addresses() -> None:
-    from hdfsfuse.client import xfer_address
-    from hdfsfuse.config import ClusterSettings
+    from hdfsfuse.client.client import xfer_address
+    from hdfsfuse.conf.hadoop import ClusterSettings
     from hdfsfuse.proto import hdfs_pb2
 
     assert resolve_uri("hdfs://[::1]:8021/z", {}).label == "[::1]:8021"

@@ -83,8 +83,8 @@ def test_corrupt_replica_under_privacy_fails_over(secure, mount, tmp_path: Path)
 async def test_unknown_encryption_key_is_fetched_again(secure, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A DataNode that no longer knows the data-encryption key (expired, or its block key
     rolled) answers ERROR_UNKNOWN_KEY: the client fetches a new key and the read goes on."""
-    from hdfsfuse.client import ClientOptions, HdfsClient
-    from hdfsfuse.security import SecurityOptions
+    from hdfsfuse.client.client import ClientOptions, HdfsClient
+    from hdfsfuse.security.credentials import SecurityOptions
 
     cluster = secure(data_transfer_protection="privacy", encrypt_data_transfer=True)
     data = cluster.put_bytes(random_bytes(200_000, seed=4), "/key/f")
@@ -114,7 +114,7 @@ def test_protection_mismatch_is_one_clear_line(secure, mount, tmp_path: Path) ->
     wait_until(lambda: "/mismatch/f" in m.log_text(), "the failure is logged")
     lines = [ln for ln in m.log_text().splitlines() if " ERROR " in ln]
     # One line per failed request (the kernel may retry a failed page read), from the FUSE boundary.
-    assert lines and all(" hdfsfuse.fs: read /mismatch/f " in ln for ln in lines), lines
+    assert lines and all(" hdfsfuse.fuse.operations: read /mismatch/f " in ln for ln in lines), lines
     assert "requires protection privacy, but dfs.data.transfer.protection here is integrity" in lines[0], lines[0]
 
 

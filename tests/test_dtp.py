@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdfsfuse import dtp, errors
-from hdfsfuse.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum, crc32, crc32c
+from hdfsfuse import errors
+from hdfsfuse.datanode import dtp
+from hdfsfuse.datanode.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum, crc32, crc32c
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.wire import NEED_DATA, ProtocolError, read_delimited
 from tests.dtp_fakes import block_op_response, packet, read_response
@@ -424,7 +425,7 @@ def test_fuzz_hand_parser(data: bytes) -> None:
 @pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("kind", [CHECKSUM_CRC32C, CHECKSUM_CRC32])
 def test_every_crc_implementation_verifies_and_detects(native: bool, kind: int) -> None:
-    from hdfsfuse.checksum import chunked_crc, native_crc32c
+    from hdfsfuse.datanode.checksum import chunked_crc, native_crc32c
 
     if native:
         # The test command builds the C extension and installs the `fast` extra: both must be in use.
@@ -443,7 +444,7 @@ def test_every_crc_implementation_verifies_and_detects(native: bool, kind: int) 
        st.sampled_from([1, 7, 512, 4096]), st.data())
 def test_the_one_call_verifier_agrees_with_python_chunk_by_chunk(kind: int, data: bytes, bpc: int,
                                                                  draw: st.DataObject) -> None:
-    from hdfsfuse.checksum import chunked_crc
+    from hdfsfuse.datanode.checksum import chunked_crc
 
     assert chunked_crc is not None
     fast, slow = Checksum(kind, bpc), Checksum(kind, bpc, native=False)

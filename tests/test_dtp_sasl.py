@@ -10,9 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hdfsfuse import dnsecurity, dtp, dtp_sasl, sasl
+from hdfsfuse.datanode import dtp
 from hdfsfuse.errors import HdfsError
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
+from hdfsfuse.security import sasl
+from hdfsfuse.security import transfer as dnsecurity
+from hdfsfuse.security import transfer_sasl as dtp_sasl
 from hdfsfuse.wire import ProtocolError, delimited, read_delimited
 
 Message = datatransfer_pb2.DataTransferEncryptorMessageProto

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdfsfuse import erasure
-from hdfsfuse.erasure import EcPolicy, decode, decode_rows, encode, encode_matrix, gf_inv, gf_mul, invert
+from hdfsfuse.erasure import codec as erasure
+from hdfsfuse.erasure.codec import EcPolicy, decode, decode_rows, encode, encode_matrix, gf_inv, gf_mul, invert
+from hdfsfuse.erasure.striping import decode_sources, internal_length, plan_group_read
 from hdfsfuse.errors import NotSupported
 from hdfsfuse.proto import hdfs_pb2
-from hdfsfuse.striping import decode_sources, internal_length, plan_group_read
 
 
 def test_field_inverses_and_tables() -> None:
@@ -223,7 +223,7 @@ def _located_group(indices: bytes, numbytes: int = 3 * (1 << 20) + 5) -> hdfs_pb
 
 
 def test_group_plan_names_each_internal_block_with_its_own_token() -> None:
-    from hdfsfuse.striped_reader import group_plan
+    from hdfsfuse.erasure.reader import group_plan
 
     plan = group_plan(_located_group(bytes([4, 0, 3, 1, 0])), RS32, "/f", "client",
                       lambda loc: f"{loc.id.ipAddr}:{loc.id.xferPort}")
@@ -240,7 +240,7 @@ def test_group_plan_names_each_internal_block_with_its_own_token() -> None:
 
 
 def test_group_plan_refuses_inconsistent_answers() -> None:
-    from hdfsfuse.striped_reader import group_plan
+    from hdfsfuse.erasure.reader import group_plan
     from hdfsfuse.wire import ProtocolError
 
     bad = _located_group(bytes([0, 1, 2]))

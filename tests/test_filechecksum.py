@@ -8,8 +8,8 @@ import google_crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdfsfuse.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C
-from hdfsfuse.filechecksum import POLYNOMIALS, compose, describe, encode_request, file_crc, monomial
+from hdfsfuse.client.filechecksum import POLYNOMIALS, compose, describe, encode_request, file_crc, monomial
+from hdfsfuse.datanode.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 
 

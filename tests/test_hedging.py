@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from hdfsfuse.hedging import HedgeTimer, Race
+from hdfsfuse.datanode.hedging import HedgeTimer, Race
 
 
 def with_timer(body: Callable[[HedgeTimer, trio.Nursery], Awaitable[None]]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hdfsfuse.inodes import PATH_INODE_BASE, ROOT_INODE, InodeTable
+from hdfsfuse.fuse.inodes import PATH_INODE_BASE, ROOT_INODE, InodeTable
 
 
 def test_live_entries_are_fileids_asked_by_inode_path() -> None:

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from hdfsfuse import inotify_events
 from hdfsfuse.errors import AccessDenied, NameNodeUnavailable
-from hdfsfuse.inodes import ROOT_INODE, InodeTable
-from hdfsfuse.inotify_events import Change
-from hdfsfuse.live_invalidation import LiveInvalidation, notices
+from hdfsfuse.fuse.inodes import ROOT_INODE, InodeTable
+from hdfsfuse.fuse.invalidation import LiveInvalidation, notices
+from hdfsfuse.namenode import inotify as inotify_events
+from hdfsfuse.namenode.inotify import Change
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.stats import Stats
 from hdfsfuse.wire import ProtocolError

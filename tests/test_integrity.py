@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hdfsfuse import errors
-from hdfsfuse.client import ClientOptions, HdfsClient
+from hdfsfuse.client.client import ClientOptions, HdfsClient
 from tests.conftest import random_bytes, wait_fully_replicated, wait_until
 from tests.minidfs import MiniDfs
 from tests.mounting import Mount
@@ -119,7 +119,7 @@ async def test_truncated_file_is_refused_not_short(fresh_cluster: Callable[..., 
 
 
 def test_blockmap_refuses_changed_identity() -> None:
-    from hdfsfuse.blockmap import BlockMap
+    from hdfsfuse.client.blockmap import BlockMap
     from hdfsfuse.proto import hdfs_pb2
 
     def lb(offset: int, block_id: int, n: int, pool: str = "bp") -> hdfs_pb2.LocatedBlockProto:
@@ -238,7 +238,7 @@ async def test_unknown_visible_length_fails_loudly_not_short(
     fresh_cluster: Callable[..., MiniDfs], tmp_path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
 ) -> None:
     """When no DataNode can say how far a block being written reaches, a read at the end is an error."""
-    from hdfsfuse import sasl
+    from hdfsfuse.security import sasl
 
     c = fresh_cluster(datanodes=1, block_tokens=True)
     (tmp_path / "part").write_bytes(random_bytes(5000, seed=122))
@@ -405,8 +405,8 @@ def test_listing_page_cap_truncates_with_a_warning(
 def test_negative_cache_is_bounded() -> None:
     from types import SimpleNamespace
 
-    from hdfsfuse.fs import NEGATIVE_CACHE_MAX, HdfsOperations
-    from hdfsfuse.options import MountOptions
+    from hdfsfuse.conf.mount_options import MountOptions
+    from hdfsfuse.fuse.operations import NEGATIVE_CACHE_MAX, HdfsOperations
     from hdfsfuse.stats import Stats
 
     client = SimpleNamespace(namenode=None, stats=Stats(), credentials=None)
@@ -441,7 +441,7 @@ def test_a_reset_metrics_scrape_does_not_stop_the_mount(
 @given(st.lists(st.integers(1, 3000), min_size=1, max_size=40), st.randoms(use_true_random=False))
 def test_blockmap_takes_windows_in_any_order(lengths: list[int], rnd: random.Random) -> None:
     """Only the last block of a file being written can be empty, so blocks here hold a byte at least."""
-    from hdfsfuse.blockmap import BlockMap
+    from hdfsfuse.client.blockmap import BlockMap
     from hdfsfuse.proto import hdfs_pb2
 
     located, offset = [], 0

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdfsfuse import ipc
+from hdfsfuse.namenode import ipc
 from hdfsfuse.proto import rpc_pb2
 from hdfsfuse.wire import NEED_DATA, ProtocolError, decode_varint, delimited, encode_varint, read_delimited
 

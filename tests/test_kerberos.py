@@ -448,7 +448,7 @@ def test_mount_outlives_short_tickets_for_five_minutes(mount, tmp_path: Path) ->
 
 def test_harness_contract_over_json_lines(tmp_path: Path) -> None:
     """`python -m tests.minidfs --kerberos ...` driven over raw JSON lines, as other checks drive it."""
-    from hdfsfuse.tokens import parse_delegation_identifier, parse_token_storage
+    from hdfsfuse.security.tokens import parse_delegation_identifier, parse_token_storage
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.minidfs", "--kerberos", "--datanodes", "1", "--rpc-protection", "integrity",
@@ -509,8 +509,8 @@ async def test_concurrent_calls_keep_a_layer_in_order(secure, tmp_path: Path, mo
     NameNode in the order their sequence numbers and cipher state were used."""
     import trio
 
-    from hdfsfuse.client import ClientOptions, HdfsClient
-    from hdfsfuse.security import SecurityOptions
+    from hdfsfuse.client.client import ClientOptions, HdfsClient
+    from hdfsfuse.security.credentials import SecurityOptions
 
     cluster = secure(proxy_user="hfuse", rpc_protection="privacy")
     for i in range(20):

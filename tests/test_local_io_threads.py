@@ -12,9 +12,9 @@ import pytest
 import trio
 import trio.testing
 
-from hdfsfuse.checksum import CHECKSUM_CRC32C, Checksum
-from hdfsfuse.local_io_threads import LocalIoThreads
-from hdfsfuse.localio import read_in, read_verified
+from hdfsfuse.datanode.checksum import CHECKSUM_CRC32C, Checksum
+from hdfsfuse.local.io_threads import LocalIoThreads
+from hdfsfuse.local.verified_io import read_in, read_verified
 from tests.page_residency import drop_pages, resident_pages, wait_until_resident
 
 
@@ -123,9 +123,9 @@ def test_the_daemon_lets_workers_back_in_quickly(monkeypatch: pytest.MonkeyPatch
     import sys
 
     from hdfsfuse import daemon
-    from hdfsfuse.config import NameNodeTarget
-    from hdfsfuse.local_io_threads import SWITCH_INTERVAL
-    from hdfsfuse.options import MountOptions
+    from hdfsfuse.conf.hadoop import NameNodeTarget
+    from hdfsfuse.conf.mount_options import MountOptions
+    from hdfsfuse.local.io_threads import SWITCH_INTERVAL
 
     class Stop(Exception):
         pass

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hdfsfuse import localio
-from hdfsfuse.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum, chunked_crc
+from hdfsfuse.datanode.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum, chunked_crc
 from hdfsfuse.errors import ChecksumMismatch
-from hdfsfuse.localio import ShortRead, WouldBlock, read_verified
+from hdfsfuse.local import verified_io as localio
+from hdfsfuse.local.verified_io import ShortRead, WouldBlock, read_verified
 from tests.page_residency import (
     drop_pages,
     page_cache_bypass_unavailable,

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hdfsfuse.config import ViewTarget, resolve_source
+from hdfsfuse.conf.hadoop import ViewTarget, resolve_source
+from hdfsfuse.conf.mounttable import Internal, Link, MountTable, view_name
 from hdfsfuse.errors import ConfigError, FileNotFound
-from hdfsfuse.mounttable import Internal, Link, MountTable, view_name
 
 P = "fs.viewfs.mounttable.c."
 

@@ -9,8 +9,8 @@ import pytest
 import trio
 
 from hdfsfuse import errors
-from hdfsfuse.config import NameNodeTarget, resolve_uri
-from hdfsfuse.namenode import FileStatus, NameNodeClient, resolve_user
+from hdfsfuse.conf.hadoop import NameNodeTarget, resolve_uri
+from hdfsfuse.namenode.client import FileStatus, NameNodeClient, resolve_user
 from hdfsfuse.proto import hdfs_pb2
 from tests.conftest import random_bytes, wait_fully_replicated
 from tests.minidfs import MiniDfs
@@ -27,7 +27,7 @@ async def open_nn(cluster: MiniDfs, **kw: object) -> AsyncIterator[NameNodeClien
 
 
 def _conf(cluster: MiniDfs) -> dict[str, str]:
-    from hdfsfuse.config import load_hadoop_conf
+    from hdfsfuse.conf.hadoop import load_hadoop_conf
 
     return load_hadoop_conf(cluster.conf_dir)
 
@@ -209,8 +209,8 @@ async def test_unreachable_namenode_names_what_was_tried() -> None:
 
 async def test_an_evicted_identity_still_serves_what_it_opened(cluster: MiniDfs,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from hdfsfuse import identity
-    from hdfsfuse.security import Credentials
+    from hdfsfuse.fuse import callers as identity
+    from hdfsfuse.security.credentials import Credentials
 
     monkeypatch.setattr(identity, "MAX_IDENTITIES", 1)
     async with open_nn(cluster) as mount_nn, trio.open_nursery() as nursery:

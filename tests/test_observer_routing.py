@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hdfsfuse.errors import FileNotFound, Retriable, StandbyNameNode
-from hdfsfuse.observers import ORAE, ObserverReads
+from hdfsfuse.namenode.observers import ORAE, ObserverReads
 from hdfsfuse.proto import hdfs_pb2
 
 

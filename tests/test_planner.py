@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hdfsfuse.planner import Piece, clamp, plan_pieces
+from hdfsfuse.datanode.pieces import Piece, clamp, plan_pieces
 
 MiB = 1 << 20
 STARTS = [0, MiB, 2 * MiB]

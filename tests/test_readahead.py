@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hdfsfuse.readahead import PIECE, Decision, ReadaheadBudget, ReadaheadPlanner, max_window, prefetch_pieces
+from hdfsfuse.fuse.readahead import PIECE, Decision, ReadaheadBudget, ReadaheadPlanner, max_window, prefetch_pieces
 
 K = 1024
 M = 1024 * K
@@ -115,8 +115,8 @@ def _operations(fetch_range: object, nursery: object) -> object:
     """The mount's HdfsOperations over a fake client whose reads are `fetch_range`."""
     from types import SimpleNamespace
 
-    from hdfsfuse.fs import HdfsOperations
-    from hdfsfuse.options import MountOptions
+    from hdfsfuse.conf.mount_options import MountOptions
+    from hdfsfuse.fuse.operations import HdfsOperations
     from hdfsfuse.stats import Stats
 
     client = SimpleNamespace(namenode=None, stats=Stats(), credentials=None, fetch_range=fetch_range,
@@ -132,7 +132,7 @@ async def test_a_buffer_an_earlier_read_waits_for_is_not_dropped_by_a_later_one(
 
     import trio
 
-    from hdfsfuse.fs import _Chunk, _OpenFile
+    from hdfsfuse.fuse.operations import _Chunk, _OpenFile
 
     arrive = trio.Event()
     fetched: list[tuple[int, int]] = []
@@ -193,7 +193,7 @@ async def test_a_replicated_files_prefetch_runs_as_concurrent_pieces() -> None:
 
     import trio
 
-    from hdfsfuse.fs import _OpenFile
+    from hdfsfuse.fuse.operations import _OpenFile
 
     release = trio.Event()
     in_flight: list[tuple[int, int]] = []
@@ -232,10 +232,10 @@ async def test_a_striped_window_serves_its_first_cells_before_its_last_arrive() 
 
     import trio
 
-    from hdfsfuse.arrival import Arrival
-    from hdfsfuse.erasure import EcPolicy
-    from hdfsfuse.fs import _Chunk, _OpenFile
-    from hdfsfuse.striping import plan_group_read
+    from hdfsfuse.erasure.arrival import Arrival
+    from hdfsfuse.erasure.codec import EcPolicy
+    from hdfsfuse.erasure.striping import plan_group_read
+    from hdfsfuse.fuse.operations import _Chunk, _OpenFile
 
     policy = EcPolicy("t", "rs", 3, 2, M, 64)
     rest = trio.Event()
@@ -284,8 +284,8 @@ async def test_a_striped_window_serves_its_first_cells_before_its_last_arrive() 
 
 
 def test_a_smaller_budget_lowers_the_default_cap_and_refuses_a_larger_one() -> None:
+    from hdfsfuse.conf.mount_options import parse_options
     from hdfsfuse.errors import ConfigError
-    from hdfsfuse.options import parse_options
 
     assert parse_options([]).readahead_max == 16 * M
     assert parse_options(["readahead_total=8M"]).readahead_max == 8 * M  # was valid with the old 8M default

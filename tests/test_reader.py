@@ -13,9 +13,9 @@ import pytest
 import trio
 
 from hdfsfuse import errors
-from hdfsfuse.client import ClientOptions, HdfsClient
-from hdfsfuse.datanode import ConnectionPool, DataNodeTimeout, Timeouts, read_replica
-from hdfsfuse.dtp import STATUS_CHECKSUM_OK
+from hdfsfuse.client.client import ClientOptions, HdfsClient
+from hdfsfuse.datanode.connection import ConnectionPool, DataNodeTimeout, Timeouts, read_replica
+from hdfsfuse.datanode.dtp import STATUS_CHECKSUM_OK
 from hdfsfuse.stats import Stats
 from tests.conftest import random_bytes
 from tests.minidfs import MiniDfs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hdfsfuse.replicas import HEDGE_DEFAULT, HEDGE_FLOOR, SLOW_MEMORY, ReplicaPolicy
+from hdfsfuse.datanode.replicas import HEDGE_DEFAULT, HEDGE_FLOOR, SLOW_MEMORY, ReplicaPolicy
 
 R = [("a:1", "A"), ("b:1", "B"), ("c:1", "C")]
 

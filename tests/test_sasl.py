@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hdfsfuse import ipc, sasl
+from hdfsfuse.namenode import ipc
 from hdfsfuse.proto import rpc_pb2
+from hdfsfuse.security import sasl
 
 RFC_CHALLENGE = b'realm="elwood.innosoft.com",nonce="OA6MG9tEQGm2hh",qop="auth",algorithm=md5-sess,charset=utf-8'
 

@@ -9,13 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hdfsfuse import ipc, sasl, tokens
-from hdfsfuse.config import ClusterSettings
+from hdfsfuse.conf.hadoop import ClusterSettings
+from hdfsfuse.conf.mount_options import parse_options
 from hdfsfuse.errors import ConfigError
-from hdfsfuse.kerberos import keytab_principals
-from hdfsfuse.options import parse_options
+from hdfsfuse.namenode import ipc
 from hdfsfuse.proto import rpc_pb2
-from hdfsfuse.security import expand_principal, short_name
+from hdfsfuse.security import sasl, tokens
+from hdfsfuse.security.credentials import expand_principal, short_name
+from hdfsfuse.security.kerberos import keytab_principals
 from hdfsfuse.wire import NEED_DATA, ProtocolError, delimited, read_delimited
 
 # ----- Writable numbers and delegation identifiers ----------------------------------------------

@@ -16,9 +16,9 @@ import pytest
 import trio
 import trio.testing
 
-from hdfsfuse import uring
+from hdfsfuse.local import uring
+from hdfsfuse.local.short_circuit import ShortCircuitReads
 from hdfsfuse.proto import hdfs_pb2, rpc_pb2
-from hdfsfuse.short_circuit import ShortCircuitReads
 from hdfsfuse.stats import Stats
 from tests.conftest import random_bytes, wait_fully_replicated, wait_until
 from tests.minidfs import ClusterOptions, MiniDfs, short_circuit_unavailable, trusted_socket_base
@@ -448,12 +448,12 @@ async def test_a_large_local_read_through_io_uring_is_verified_and_exact(tmp_pat
     """The O_DIRECT read of a large range through io_uring (no worker thread): exact bytes for
     aligned and unaligned ranges, every chunk verified, a short file refused. Local files only:
     a replica's fds as a DataNode would pass them."""
-    from hdfsfuse import short_circuit_protocol as scp
-    from hdfsfuse.checksum import CHECKSUM_CRC32C, Checksum
+    from hdfsfuse.datanode.checksum import CHECKSUM_CRC32C, Checksum
     from hdfsfuse.errors import ChecksumMismatch
-    from hdfsfuse.localio import ShortRead
-    from hdfsfuse.short_circuit import _Replica
-    from hdfsfuse.uring import UringReads
+    from hdfsfuse.local import short_circuit_protocol as scp
+    from hdfsfuse.local.short_circuit import _Replica
+    from hdfsfuse.local.uring import UringReads
+    from hdfsfuse.local.verified_io import ShortRead
 
     checksum = Checksum(CHECKSUM_CRC32C, 512)
     data = random_bytes(3 * MiB + 1000, seed=1703)

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hdfsfuse import short_circuit_protocol as scp
-from hdfsfuse.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL
-from hdfsfuse.dtp import InvalidBlockToken
+from hdfsfuse.datanode.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL
+from hdfsfuse.datanode.dtp import InvalidBlockToken
+from hdfsfuse.local import short_circuit_protocol as scp
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.wire import NeedData, ProtocolError
 

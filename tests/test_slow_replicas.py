@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import trio
 
-from hdfsfuse.client import ClientOptions, HdfsClient, xfer_address
-from hdfsfuse.datanode import Timeouts
-from hdfsfuse.replicas import SLOW_FACTOR
+from hdfsfuse.client.client import ClientOptions, HdfsClient, xfer_address
+from hdfsfuse.datanode.connection import Timeouts
+from hdfsfuse.datanode.replicas import SLOW_FACTOR
 from tests.conftest import random_bytes
 from tests.minidfs import MiniDfs, slow_port
 

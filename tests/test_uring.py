@@ -1,4 +1,4 @@
-"""Local file reads through io_uring (hdfsfuse.uring and its C ring, hdfsfuse._uring): the bytes
+"""Local file reads through io_uring (hdfsfuse.local.uring and its C ring, hdfsfuse.local._uring): the bytes
 `os.pread` returns, concurrently, short at the end of a file, errors as OSError, cancelled readers
 leaving the ring usable, and nothing left open once it stops."""
 
@@ -15,8 +15,8 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hdfsfuse import uring
-from hdfsfuse.uring import UringReads
+from hdfsfuse.local import uring
+from hdfsfuse.local.uring import UringReads
 
 UNAVAILABLE = uring.unavailable()
 needs_ring = pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))
@@ -161,7 +161,7 @@ async def test_without_io_uring_the_reads_are_not_offered(monkeypatch: pytest.Mo
         assert not ring.available  # callers use their worker threads
         nursery.cancel_scope.cancel()
     monkeypatch.setattr(uring, "Ring", None)  # built without the C extension
-    assert uring.unavailable() == "hdfsfuse._uring (the C extension) is not built"
+    assert uring.unavailable() == "hdfsfuse.local._uring (the C extension) is not built"
 
 
 @needs_ring

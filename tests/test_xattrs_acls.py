@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from hdfsfuse import acls
+from hdfsfuse.fuse import acls
 from tests.conftest import random_bytes
 from tests.minidfs import MiniDfs
 

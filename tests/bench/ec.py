@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hdfsfuse import erasure
+from hdfsfuse.erasure import codec as erasure
 from tests.bench.run import Contender, Result, _java, _worker, daemon_pid, measure, random_reads, summary
 from tests.minidfs import ClusterOptions, MiniDfs
 from tests.mounting import Mount

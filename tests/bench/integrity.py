@@ -28,7 +28,7 @@ from pathlib import Path
 
 import trio
 
-from hdfsfuse.client import WHOLE_FILE, ClientOptions, HdfsClient
+from hdfsfuse.client.client import WHOLE_FILE, ClientOptions, HdfsClient
 from tests.bench.run import daemon_pid
 from tests.minidfs import ClusterOptions, MiniDfs, slow_port
 from tests.mounting import Mount

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import trio
 
-from hdfsfuse.client import HdfsClient
+from hdfsfuse.client.client import HdfsClient
 from tests.bench.profile import Profile, sampled
 from tests.minidfs import ClusterOptions, MiniDfs, ensure_built
 from tests.mounting import Mount
@@ -142,8 +142,8 @@ class FloorMount:
     """The no-op pyfuse3 daemon (`noop_fs`): what FUSE alone costs, with hdfsfuse's kernel tuning."""
 
     def __init__(self, files: dict[str, int]) -> None:
+        from hdfsfuse.conf.mount_options import MountOptions
         from hdfsfuse.daemon import tune_kernel
-        from hdfsfuse.options import MountOptions
         from tests.mounting import is_mounted
 
         self.dir = tempfile.mkdtemp(prefix="hdfsfuse-floor-")

@@ -95,8 +95,8 @@ def mount(a: argparse.Namespace, reads: Reads, warmup: Reads) -> None:
 def library(a: argparse.Namespace, reads: Reads, warmup: Reads) -> None:
     import trio
 
-    from hdfsfuse.allocator import keep_read_buffers
-    from hdfsfuse.client import HdfsClient
+    from hdfsfuse.client.client import HdfsClient
+    from hdfsfuse.datanode.buffers import keep_read_buffers
 
     keep_read_buffers()  # as the mount does
 
@@ -177,7 +177,7 @@ def disk(a: argparse.Namespace, reads: Reads, warmup: Reads) -> None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
     ring: Any = None
     try:
-        from hdfsfuse._uring import Ring
+        from hdfsfuse.local._uring import Ring
 
         ring = Ring(1)
     except (ImportError, OSError):

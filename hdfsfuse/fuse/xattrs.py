@@ -1,0 +1,97 @@
+"""HDFS's own extended attributes and ACLs, as the mount shows them through getfattr and getfacl.
+
+Does I/O (NameNode calls, as the caller). The mount's own `user.hdfs.*` attributes live in
+`hdfsfuse.fuse.operations`; the ACL byte layout lives in `hdfsfuse.fuse.acls`.
+
+- `user.NAME`: an HDFS xattr of the user namespace (listXAttrs for the names, getXAttrs for one
+  value). Other HDFS namespaces (trusted, security, system, raw) are not shown.
+- `system.posix_acl_access` / `system.posix_acl_default`: built from getAclStatus, asked only of
+  files whose status has the HAS_ACL flag (the rest have their permission bits only).
+- `user.hdfs.content_summary` (directories; JSON from getContentSummary: sizes, counts, quotas,
+  so `du`-like answers need no tree walk) and `user.hdfs.storage_policy` (the policy in effect).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from hdfsfuse.errors import AccessDenied, HdfsError
+from hdfsfuse.fuse import acls
+from hdfsfuse.namenode.client import FileStatus, NameNodeClient
+from hdfsfuse.proto import hdfs_pb2
+
+log = logging.getLogger(__name__)
+
+USER = hdfs_pb2.XAttrProto.USER
+HAS_ACL = hdfs_pb2.HdfsFileStatusProto.HAS_ACL
+IS_DIR = hdfs_pb2.HdfsFileStatusProto.IS_DIR
+ACL_NAMES = (acls.ACCESS_XATTR, acls.DEFAULT_XATTR)
+CONTENT_SUMMARY = b"user.hdfs.content_summary"
+STORAGE_POLICY = b"user.hdfs.storage_policy"
+FACTS = (CONTENT_SUMMARY, STORAGE_POLICY)
+
+
+def _signed(value: int) -> int:
+    """Quotas travel as uint64; Hadoop's -1 (no quota) arrives as 2^64 - 1."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def facts_for(st: FileStatus) -> list[bytes]:
+    """Which of the computed facts a file or directory has."""
+    return list(FACTS) if st.fileType == IS_DIR else [STORAGE_POLICY]
+
+
+async def fact_value(nn: NameNodeClient, nn_path: str, st: FileStatus, name: bytes) -> bytes | None:
+    """A computed fact (content summary, storage policy), or None when it does not apply."""
+    if name == STORAGE_POLICY:
+        return (await nn.get_storage_policy(nn_path)).name.encode()
+    if st.fileType != IS_DIR:
+        return None
+    cs = await nn.get_content_summary(nn_path)
+    summary: dict[str, object] = {
+        "length": cs.length, "files": cs.fileCount, "directories": cs.directoryCount,
+        "quota": _signed(cs.quota), "space_consumed": cs.spaceConsumed, "space_quota": _signed(cs.spaceQuota),
+        "type_quotas": {hdfs_pb2.StorageTypeProto.Name(t.type): {"quota": _signed(t.quota), "consumed": t.consumed}
+                        for t in cs.typeQuotaInfos.typeQuotaInfo if _signed(t.quota) >= 0},  # the types with one
+    }
+    if cs.erasureCodingPolicy:
+        summary["erasure_coding_policy"] = cs.erasureCodingPolicy
+    return json.dumps(summary).encode()
+
+
+async def names(nn: NameNodeClient, nn_path: str, st: FileStatus) -> list[bytes]:
+    """The HDFS user xattrs of a file or directory, and its ACL xattrs when it has an ACL.
+
+    A NameNode with xattrs turned off (`dfs.namenode.xattrs.enabled=false`), or one that will
+    not list them to this caller, just has none to show: listing names never fails for it.
+    """
+    try:
+        listed = await nn.list_xattrs(nn_path)
+    except HdfsError as e:
+        if not isinstance(e, AccessDenied) and "XAttr" not in str(e):
+            raise
+        log.debug("listXAttrs %s: %s", nn_path, e)
+        listed = []
+    found = [b"user." + x.name.encode() for x in listed if x.namespace == USER]
+    if st.flags & HAS_ACL:
+        found.append(acls.ACCESS_XATTR)
+        if st.fileType == IS_DIR:
+            found.append(acls.DEFAULT_XATTR)
+    return found
+
+
+async def user_value(nn: NameNodeClient, nn_path: str, name: bytes) -> bytes | None:
+    """The value of HDFS xattr `user.NAME` (`name` without the prefix), or None."""
+    return await nn.get_xattr(nn_path, USER, name.decode(errors="surrogateescape"))
+
+
+async def acl_value(nn: NameNodeClient, nn_path: str, st: FileStatus, name: bytes, uid_of: acls.IdOf,
+                    gid_of: acls.IdOf) -> bytes | None:
+    """An ACL xattr in the kernel's form, or None when the file has no such ACL."""
+    if not st.flags & HAS_ACL or (name == acls.DEFAULT_XATTR and st.fileType != IS_DIR):
+        return None
+    status = await nn.get_acl_status(nn_path)
+    if name == acls.ACCESS_XATTR:
+        return acls.access_acl(status, uid_of, gid_of)
+    return acls.default_acl(status, uid_of, gid_of)
