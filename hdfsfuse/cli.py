@@ -28,7 +28,6 @@ from hdfsfuse.conf.mount_options import HELP, LOG_LEVELS, MountOptions, parse_op
 from hdfsfuse.daemon import check_mountpoint, check_view, mount_entry, notify_systemd, run_mount
 from hdfsfuse.errors import ConfigError, HdfsError
 from hdfsfuse.fuse.operations import STATS_XATTR
-from hdfsfuse.wire import ProtocolError
 
 log = logging.getLogger("hdfsfuse")
 
@@ -93,7 +92,7 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-_EXPECTED = (HdfsError, ProtocolError, OSError, RuntimeError, trio.TooSlowError)
+_EXPECTED = (HdfsError, OSError, RuntimeError, trio.TooSlowError)
 
 
 def _mount_errors(exc: BaseException) -> bool:

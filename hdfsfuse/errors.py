@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import errno
 
-from hdfsfuse.wire import ProtocolError
-
 
 class HdfsError(Exception):
     """Base of every error hdfsfuse raises on purpose. `errno` is what FUSE returns."""
@@ -19,6 +17,18 @@ class HdfsError(Exception):
     def __init__(self, message: str, *, java_class: str = "") -> None:
         super().__init__(message)
         self.java_class = java_class
+
+
+class ProtocolError(HdfsError):
+    """Bytes from the network that do not follow the protocol."""
+
+    errno = errno.EIO
+
+
+class InvalidBlockToken(HdfsError):
+    """ERROR_ACCESS_TOKEN: refetch the block's locations for a fresh token, then retry once."""
+
+    errno = errno.EIO
 
 
 class FileNotFound(HdfsError):
@@ -150,8 +160,6 @@ def to_errno(exc: BaseException) -> int:
     """The errno a FUSE request answers with for this exception."""
     if isinstance(exc, HdfsError):
         return exc.errno
-    if isinstance(exc, ProtocolError):
-        return errno.EIO
     if isinstance(exc, TimeoutError):
         return errno.ETIMEDOUT
     if isinstance(exc, OSError) and exc.errno:

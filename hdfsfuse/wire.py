@@ -8,9 +8,7 @@ followed by the message bytes.
 
 from __future__ import annotations
 
-
-class ProtocolError(Exception):
-    """Bytes from the network that do not follow the protocol."""
+from hdfsfuse.errors import ProtocolError
 
 
 class NeedData(Exception):

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from hdfsfuse import errors
 from hdfsfuse.datanode import dtp
 from hdfsfuse.datanode.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum, crc32, crc32c
+from hdfsfuse.errors import InvalidBlockToken, ProtocolError
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
-from hdfsfuse.wire import NEED_DATA, ProtocolError, read_delimited
+from hdfsfuse.wire import NEED_DATA, read_delimited
 from tests.dtp_fakes import block_op_response, packet, read_response
 
 BLOCK = random.Random(7).randbytes(300_000)
@@ -208,7 +209,7 @@ def test_chunk_offset_validation(offset: int, chunk_offset: int) -> None:
 
 
 def test_error_statuses() -> None:
-    with pytest.raises(dtp.InvalidBlockToken, match="token"):
+    with pytest.raises(InvalidBlockToken, match="token"):
         run(dtp.ReadBlockParser(0, 1), block_op_response(datatransfer_pb2.ERROR_ACCESS_TOKEN, message="expired"))
     with pytest.raises(dtp.ReplicaError, match=r"ERROR: opReadBlock .* received exception"):
         run(dtp.ReadBlockParser(0, 1), block_op_response(

@@ -10,13 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hdfsfuse.datanode import dtp
-from hdfsfuse.errors import HdfsError
+from hdfsfuse.errors import HdfsError, InvalidBlockToken, ProtocolError
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.security import sasl
 from hdfsfuse.security import transfer as dnsecurity
 from hdfsfuse.security import transfer_sasl as dtp_sasl
-from hdfsfuse.wire import ProtocolError, delimited, read_delimited
+from hdfsfuse.wire import delimited, read_delimited
 
 Message = datatransfer_pb2.DataTransferEncryptorMessageProto
 CHALLENGE = (b'realm="0",nonce="bm9uY2Vub25jZW5vbmNlbm9uY2Vub25jZW5vbmNl",qop="auth-conf,auth-int,auth",'
@@ -101,7 +100,7 @@ def test_messages_may_arrive_in_pieces() -> None:
     ({"status": Message.ERROR_UNKNOWN_KEY, "message": "Can't re-compute encryption key"},
      dtp_sasl.UnknownEncryptionKey, "does not know the data-encryption key"),
     ({"status": Message.ERROR, "accessTokenError": True, "message": "Block token ... is expired."},
-     dtp.InvalidBlockToken, "refused the block token"),
+     InvalidBlockToken, "refused the block token"),
     ({"status": Message.ERROR, "message": "DIGEST-MD5: digest response format violation."},
      dtp_sasl.DataTransferSaslError, r"dfs\.data\.transfer\.protection=privacy"),
 ])

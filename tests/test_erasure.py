@@ -241,7 +241,7 @@ def test_group_plan_names_each_internal_block_with_its_own_token() -> None:
 
 def test_group_plan_refuses_inconsistent_answers() -> None:
     from hdfsfuse.erasure.reader import group_plan
-    from hdfsfuse.wire import ProtocolError
+    from hdfsfuse.errors import ProtocolError
 
     bad = _located_group(bytes([0, 1, 2]))
     bad.blockIndices = bytes([0, 1])

@@ -7,7 +7,7 @@ import errno
 import pytest
 
 from hdfsfuse import errors
-from hdfsfuse.wire import ProtocolError
+from hdfsfuse.errors import ProtocolError
 
 
 @pytest.mark.parametrize(
@@ -62,3 +62,12 @@ def test_kerberos_message_says_so() -> None:
 )
 def test_to_errno(exc: BaseException, code: int) -> None:
     assert errors.to_errno(exc) == code
+
+
+def test_one_exception_root() -> None:
+    """Bad bytes from the network and refused tokens are HdfsErrors too: one `except` catches all."""
+    assert issubclass(ProtocolError, errors.HdfsError)
+    assert issubclass(errors.InvalidBlockToken, errors.HdfsError)
+    from hdfsfuse import wire
+
+    assert wire.ProtocolError is ProtocolError

@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from hdfsfuse.errors import AccessDenied, NameNodeUnavailable
+from hdfsfuse.errors import AccessDenied, NameNodeUnavailable, ProtocolError
 from hdfsfuse.fuse.inodes import ROOT_INODE, InodeTable
 from hdfsfuse.fuse.invalidation import LiveInvalidation, notices
 from hdfsfuse.namenode import inotify as inotify_events
 from hdfsfuse.namenode.inotify import Change
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.stats import Stats
-from hdfsfuse.wire import ProtocolError
 from tests.conftest import random_bytes, wait_until
 from tests.minidfs import MiniDfs
 from tests.mounting import Mount

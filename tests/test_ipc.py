@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hdfsfuse.errors import ProtocolError
 from hdfsfuse.namenode import ipc
 from hdfsfuse.proto import rpc_pb2
-from hdfsfuse.wire import NEED_DATA, ProtocolError, decode_varint, delimited, encode_varint, read_delimited
+from hdfsfuse.wire import NEED_DATA, decode_varint, delimited, encode_varint, read_delimited
 
 ZERO_ID = bytes(16)
 

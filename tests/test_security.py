@@ -11,13 +11,13 @@ from hypothesis import strategies as st
 
 from hdfsfuse.conf.hadoop import ClusterSettings
 from hdfsfuse.conf.mount_options import parse_options
-from hdfsfuse.errors import ConfigError
+from hdfsfuse.errors import ConfigError, ProtocolError
 from hdfsfuse.namenode import ipc
 from hdfsfuse.proto import rpc_pb2
 from hdfsfuse.security import sasl, tokens
 from hdfsfuse.security.credentials import expand_principal, short_name
 from hdfsfuse.security.kerberos import keytab_principals
-from hdfsfuse.wire import NEED_DATA, ProtocolError, delimited, read_delimited
+from hdfsfuse.wire import NEED_DATA, delimited, read_delimited
 
 # ----- Writable numbers and delegation identifiers ----------------------------------------------
 

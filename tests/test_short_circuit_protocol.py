@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hdfsfuse.datanode.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL
-from hdfsfuse.datanode.dtp import InvalidBlockToken
+from hdfsfuse.errors import InvalidBlockToken, ProtocolError
 from hdfsfuse.local import short_circuit_protocol as scp
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
-from hdfsfuse.wire import NeedData, ProtocolError
+from hdfsfuse.wire import NeedData
 
 SLOT = scp.SlotId(scp.ShmId(hi=1, lo=2), 3)
 BLOCK = hdfs_pb2.ExtendedBlockProto(poolId="BP-1", blockId=1073741825, generationStamp=1001, numBytes=4096)

@@ -46,6 +46,7 @@ from hdfsfuse.errors import (
     FileChanged,
     FileNotFound,
     HdfsError,
+    InvalidBlockToken,
     IsADirectory,
     NotSupported,
 )
@@ -63,7 +64,6 @@ from hdfsfuse.security.credentials import Credentials, RpcAuth, SecurityOptions,
 from hdfsfuse.security.kerberos import KeytabLogin
 from hdfsfuse.security.transfer import DataTransferSecurity
 from hdfsfuse.stats import Stats
-from hdfsfuse.wire import ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -453,7 +453,7 @@ class HdfsClient:
                     timeout=self.options.timeouts.read,
                 )
                 return hdfs_pb2.GetReplicaVisibleLengthResponseProto.FromString(body).length, ""
-            except (HdfsError, ProtocolError, DecodeError) as e:
+            except (HdfsError, DecodeError) as e:
                 errors.append(f"{loc.id.ipAddr}:{loc.id.ipcPort}: {e}")
             finally:
                 await conn.aclose()
@@ -504,7 +504,7 @@ class HdfsClient:
                 raw = await block_op(address, request, f"{what} on DataNode {address}", self.options.timeouts,
                                      self.stats, security)
                 reply = datatransfer_pb2.BlockOpResponseProto.FromString(raw)
-            except (HdfsError, ProtocolError, DecodeError) as e:
+            except (HdfsError, DecodeError) as e:
                 errors.append(f"{address}: {e}")
                 continue
             answer = reply.checksumResponse
@@ -677,7 +677,7 @@ class HdfsClient:
         local = self.short_circuit if file.finalized(piece.block_start) else None
 
         async def attempt(address: str, loc: hdfs_pb2.DatanodeInfoProto,
-                          description: str) -> bytes | bytearray | HdfsError | ProtocolError:
+                          description: str) -> bytes | bytearray | HdfsError:
             started = trio.current_time()
             try:
                 if local is not None:
@@ -690,7 +690,7 @@ class HdfsClient:
                     description, self.options.timeouts, self.stats,
                     None if file.dn_security is None else file.dn_security.for_block(plan.token), keep,
                 )
-            except (HdfsError, ProtocolError) as e:
+            except HdfsError as e:
                 return e
             except BaseException:  # cancelled (a lost race, the read's bound), maybe inside a connect's
                 now = trio.current_time()  # nursery: the replica took at least this long
@@ -763,7 +763,7 @@ class HdfsClient:
     ) -> bool:
         """Account one replica's failure; True when the round must stop (a refused token)."""
         failures[address] = str(e)
-        if isinstance(e, dtp.InvalidBlockToken):
+        if isinstance(e, InvalidBlockToken):
             outcome.token_refused = True
             return True
         dead.add(address)

@@ -22,8 +22,7 @@ from types import ModuleType
 
 import crcmod.predefined
 
-from hdfsfuse.errors import ChecksumMismatch
-from hdfsfuse.wire import ProtocolError
+from hdfsfuse.errors import ChecksumMismatch, ProtocolError
 
 CHECKSUM_NULL = 0
 CHECKSUM_CRC32 = 1

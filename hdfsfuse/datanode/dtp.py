@@ -40,17 +40,9 @@ from google.protobuf.message import DecodeError
 
 from hdfsfuse.datanode.buffers import read_buffer
 from hdfsfuse.datanode.checksum import CHECKSUM_NULL, Checksum, chunked_crc
-from hdfsfuse.errors import HdfsError
+from hdfsfuse.errors import HdfsError, InvalidBlockToken, ProtocolError
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
-from hdfsfuse.wire import (
-    NEED_DATA,
-    NeedData,
-    ProtocolError,
-    _NeedDataType,
-    decode_varint,
-    encode_varint,
-    read_delimited,
-)
+from hdfsfuse.wire import NEED_DATA, NeedData, _NeedDataType, decode_varint, encode_varint, read_delimited
 
 DATA_TRANSFER_VERSION = 28
 OP_READ_BLOCK = 81
@@ -69,10 +61,6 @@ _FIXED_HEADER = struct.Struct("<BqBqBBBi")
 Status = datatransfer_pb2.Status
 # The native packet loop (None without the C extension: the Python loop takes every packet).
 _take_data_packets = None if chunked_crc is None else chunked_crc.take_data_packets
-
-
-class InvalidBlockToken(HdfsError):
-    """ERROR_ACCESS_TOKEN: refetch the block's locations for a fresh token, then retry once."""
 
 
 class ReplicaError(HdfsError):

@@ -34,10 +34,9 @@ from hdfsfuse.erasure import codec as erasure
 from hdfsfuse.erasure.arrival import Arrival
 from hdfsfuse.erasure.codec import EcPolicy
 from hdfsfuse.erasure.striping import UnitRead, decode_sources, internal_length, plan_group_read
-from hdfsfuse.errors import BlockUnavailable, ChecksumMismatch, HdfsError
+from hdfsfuse.errors import BlockUnavailable, ChecksumMismatch, HdfsError, InvalidBlockToken, ProtocolError
 from hdfsfuse.local.blockcache.store import BlockKey
 from hdfsfuse.proto import hdfs_pb2, rpc_pb2
-from hdfsfuse.wire import ProtocolError
 
 if TYPE_CHECKING:
     from hdfsfuse.client.client import HdfsClient, HdfsFile
@@ -236,9 +235,9 @@ class StripedReader:
             try:
                 return await read_replica(client.pool, src.address, request, start, length, src.what,
                                           client.options.timeouts, client.stats, security, keep, into, progress)
-            except dtp.InvalidBlockToken:
+            except InvalidBlockToken:
                 raise _TokenRefused from None
-            except (HdfsError, ProtocolError) as e:
+            except HdfsError as e:
                 failed[unit] = f"{src.address}: {e}"
                 dead.add(src.address)
                 if isinstance(e, ChecksumMismatch):

@@ -32,7 +32,6 @@ from hdfsfuse.fuse.inodes import InodeTable
 from hdfsfuse.namenode.inotify import Change, changes, next_txid
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.stats import Stats
-from hdfsfuse.wire import ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +133,7 @@ class LiveInvalidation:
         try:
             answer = await self.stream.edits_from(txid)
             found = changes(answer)
-        except (HdfsError, ProtocolError) as e:
+        except HdfsError as e:
             return await self._resync(f"{type(e).__name__}: {e}")
         batch = [n for change in found for n in notices(self.caches, change)]
         if batch:

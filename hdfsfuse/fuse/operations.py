@@ -41,7 +41,6 @@ from hdfsfuse.namenode.client import FileStatus, NameNodeClient
 from hdfsfuse.namenode.viewfs import ViewNameNode
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.stats import snapshot
-from hdfsfuse.wire import ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +282,7 @@ class HdfsOperations(pyfuse3.Operations):
             return pyfuse3.FUSEError(errno.EIO)
         if isinstance(exc, FileNotFound):
             return pyfuse3.FUSEError(errno.ENOENT)
-        if not isinstance(exc, HdfsError | ProtocolError | OSError):
+        if not isinstance(exc, HdfsError | OSError):
             log.error("%s %s: unexpected error %s: %s", op, what, type(exc).__name__, exc)
             log.debug("traceback of the unexpected error", exc_info=exc)
             return pyfuse3.FUSEError(errno.EIO)

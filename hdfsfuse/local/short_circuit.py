@@ -42,8 +42,7 @@ import trio
 from google.protobuf.message import Message
 
 from hdfsfuse.datanode.checksum import Checksum
-from hdfsfuse.datanode.dtp import InvalidBlockToken
-from hdfsfuse.errors import ChecksumMismatch, ConnectionLost
+from hdfsfuse.errors import ChecksumMismatch, ConnectionLost, InvalidBlockToken, ProtocolError
 from hdfsfuse.local import short_circuit_protocol as scp
 from hdfsfuse.local.io_threads import LocalIoThreads
 from hdfsfuse.local.uring import RingClosed, UringReads
@@ -62,7 +61,7 @@ from hdfsfuse.local.verified_io import (
 )
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.stats import Stats
-from hdfsfuse.wire import NeedData, ProtocolError
+from hdfsfuse.wire import NeedData
 
 log = logging.getLogger(__name__)
 

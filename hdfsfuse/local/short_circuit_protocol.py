@@ -35,10 +35,10 @@ from collections.abc import Callable
 from google.protobuf.message import Message
 
 from hdfsfuse.datanode.checksum import Checksum
-from hdfsfuse.datanode.dtp import DATA_TRANSFER_VERSION, InvalidBlockToken
-from hdfsfuse.errors import HdfsError
+from hdfsfuse.datanode.dtp import DATA_TRANSFER_VERSION
+from hdfsfuse.errors import HdfsError, InvalidBlockToken, ProtocolError
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
-from hdfsfuse.wire import ProtocolError, encode_varint, read_delimited
+from hdfsfuse.wire import encode_varint, read_delimited
 
 OP_REQUEST_SHORT_CIRCUIT_FDS = 87
 OP_RELEASE_SHORT_CIRCUIT_FDS = 88

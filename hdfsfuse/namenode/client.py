@@ -31,6 +31,7 @@ from hdfsfuse.errors import (
     HdfsError,
     NameNodeUnavailable,
     NotADirectory,
+    ProtocolError,
     Retriable,
     RpcTimeout,
     StandbyNameNode,
@@ -39,7 +40,6 @@ from hdfsfuse.namenode.observers import COORDINATED_READS, ObserverReads
 from hdfsfuse.namenode.rpc import RpcConnection, StateAlignment
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.security.credentials import RpcAuth
-from hdfsfuse.wire import ProtocolError
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import dataclasses
 
 from google.protobuf.message import DecodeError
 
+from hdfsfuse.errors import ProtocolError
 from hdfsfuse.proto import hdfs_pb2
-from hdfsfuse.wire import ProtocolError
 
 E = hdfs_pb2
 

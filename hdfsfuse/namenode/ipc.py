@@ -42,8 +42,9 @@ from collections.abc import Callable
 
 from google.protobuf.message import DecodeError
 
+from hdfsfuse.errors import ProtocolError
 from hdfsfuse.proto import rpc_pb2
-from hdfsfuse.wire import NEED_DATA, NeedData, ProtocolError, _NeedDataType, delimited, read_delimited
+from hdfsfuse.wire import NEED_DATA, NeedData, _NeedDataType, delimited, read_delimited
 
 PREAMBLE = b"hrpc\x09\x00\x00"
 SASL_PREAMBLE = b"hrpc\x09\x00\xdf"

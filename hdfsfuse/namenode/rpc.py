@@ -26,13 +26,13 @@ from typing import Protocol
 
 import trio
 
-from hdfsfuse.errors import AuthenticationRequired, ConnectionLost, HdfsError, RpcTimeout, from_remote
+from hdfsfuse.errors import AuthenticationRequired, ConnectionLost, HdfsError, ProtocolError, RpcTimeout, from_remote
 from hdfsfuse.namenode import ipc
 from hdfsfuse.proto import rpc_pb2
 from hdfsfuse.security import sasl
 from hdfsfuse.security.credentials import RpcAuth, canonical_hostname, expand_principal
 from hdfsfuse.security.kerberos import GssapiMechanism
-from hdfsfuse.wire import NEED_DATA, ProtocolError
+from hdfsfuse.wire import NEED_DATA
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ import dataclasses
 
 from google.protobuf.message import DecodeError
 
-from hdfsfuse.errors import ConfigError
+from hdfsfuse.errors import ConfigError, ProtocolError
 from hdfsfuse.proto import rpc_pb2
-from hdfsfuse.wire import NeedData, ProtocolError, read_delimited
+from hdfsfuse.wire import NeedData, read_delimited
 
 MAGIC = b"HDTS"
 WRITABLE = 0

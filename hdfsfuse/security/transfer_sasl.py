@@ -36,11 +36,10 @@ import struct
 
 from google.protobuf.message import DecodeError
 
-from hdfsfuse.datanode.dtp import InvalidBlockToken
-from hdfsfuse.errors import AuthenticationRequired
+from hdfsfuse.errors import AuthenticationRequired, InvalidBlockToken, ProtocolError
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.security.sasl import DigestLayer, DigestMd5Client, SaslError, parse_protection
-from hdfsfuse.wire import NeedData, ProtocolError, delimited, read_delimited
+from hdfsfuse.wire import NeedData, delimited, read_delimited
 
 MAGIC = b"\xde\xad\xbe\xef"
 AES_SUITE = "AES/CTR/NoPadding"

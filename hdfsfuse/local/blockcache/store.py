@@ -45,7 +45,7 @@ import time
 from typing import NoReturn
 
 from hdfsfuse.datanode.checksum import CHECKSUM_NULL, TYPE_NAMES, Checksum
-from hdfsfuse.errors import ChecksumMismatch
+from hdfsfuse.errors import ChecksumMismatch, ProtocolError
 from hdfsfuse.local.verified_io import (
     DIRECT_MIN,
     ShortRead,
@@ -58,7 +58,6 @@ from hdfsfuse.local.verified_io import (
     read_verified_direct,
     verified,
 )
-from hdfsfuse.wire import ProtocolError
 
 log = logging.getLogger(__name__)
 
