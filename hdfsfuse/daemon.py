@@ -25,7 +25,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from hdfsfuse.client.client import ClientOptions, HdfsClient
+from hdfsfuse.client import ClientOptions, HdfsClient
 from hdfsfuse.conf.hadoop import NameNodeTarget, ViewTarget
 from hdfsfuse.conf.mount_options import MountOptions
 from hdfsfuse.datanode.buffers import keep_read_buffers
@@ -196,10 +196,8 @@ async def run_mount(
         async with trio.open_nursery() as nursery:
             ops = HdfsOperations(client, target.path, options, mountpoint, nursery)
             # Before mounting, fail fast: an unreachable NameNode is reported within the bound.
-            client.namenode.total_timeout = min(options.namenode_timeout, preflight_timeout)
-            with trio.fail_after(preflight_timeout + 5):
+            with client.namenode.bounded(preflight_timeout), trio.fail_after(preflight_timeout + 5):
                 await ops.init_root()
-            client.namenode.total_timeout = options.namenode_timeout
             if options.metrics_port:
                 await nursery.start(serve_metrics, options.metrics_port, lambda: prometheus(ops.stats_snapshot()))
             fuse_opts = options.fuse_options(source)

@@ -13,7 +13,7 @@ import sys
 import trio
 
 from hdfsfuse import cli
-from hdfsfuse.client.client import HdfsClient, HdfsFile
+from hdfsfuse.client import HdfsClient, HdfsFile
 
 _fetch_range = HdfsClient.fetch_range
 

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hdfsfuse.datanode.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum
+from hdfsfuse.datanode.context import BlockKey
 from hdfsfuse.local.blockcache import store as blockcache
-from hdfsfuse.local.blockcache.store import SUBDIR, BlockCache, BlockKey, CacheCorrupt
+from hdfsfuse.local.blockcache.store import SUBDIR, BlockCache, CacheCorrupt
 from tests.page_residency import (
     drop_pages,
     page_cache_bypass_unavailable,

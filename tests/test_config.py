@@ -169,8 +169,8 @@ def test_ipv6_namenode_addresses_in_config(value: str, expected: tuple[str, int]
 
 
 def test_ipv6_uri_label_and_datanode_addresses() -> None:
-    from hdfsfuse.client.client import xfer_address
     from hdfsfuse.conf.hadoop import ClusterSettings
+    from hdfsfuse.datanode.context import xfer_address
     from hdfsfuse.proto import hdfs_pb2
 
     assert resolve_uri("hdfs://[::1]:8021/z", {}).label == "[::1]:8021"

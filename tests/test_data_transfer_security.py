@@ -83,7 +83,7 @@ def test_corrupt_replica_under_privacy_fails_over(secure, mount, tmp_path: Path)
 async def test_unknown_encryption_key_is_fetched_again(secure, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A DataNode that no longer knows the data-encryption key (expired, or its block key
     rolled) answers ERROR_UNKNOWN_KEY: the client fetches a new key and the read goes on."""
-    from hdfsfuse.client.client import ClientOptions, HdfsClient
+    from hdfsfuse.client import ClientOptions, HdfsClient
     from hdfsfuse.security.credentials import SecurityOptions
 
     cluster = secure(data_transfer_protection="privacy", encrypt_data_transfer=True)

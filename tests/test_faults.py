@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from hdfsfuse import errors
-from hdfsfuse.client.client import ClientOptions, HdfsClient
+from hdfsfuse.client import ClientOptions, HdfsClient
 from hdfsfuse.datanode.checksum import Checksum
 from hdfsfuse.datanode.connection import Timeouts
 from hdfsfuse.proto import hdfs_pb2
@@ -227,7 +227,7 @@ async def test_malformed_datanode_bytes_fail_over_or_eio(cluster: MiniDfs, data_
             assert bytes(await client.read_range(f, 0, 4096)) == data  # failed over to a real replica
             del f.blocks[0].locs[1:]
             f.forget_plans()
-            client._locate = _no_locate  # type: ignore[method-assign]
+            client.locator.locate = _no_locate  # type: ignore[method-assign]
             with pytest.raises(errors.BlockUnavailable) as e:
                 await client.read_range(f, 0, 4096)
             assert errors.to_errno(e.value) == errno.EIO

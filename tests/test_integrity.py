@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hdfsfuse import errors
-from hdfsfuse.client.client import ClientOptions, HdfsClient
+from hdfsfuse.client import ClientOptions, HdfsClient
 from tests.conftest import random_bytes, wait_fully_replicated, wait_until
 from tests.minidfs import MiniDfs
 from tests.mounting import Mount

@@ -509,7 +509,7 @@ async def test_concurrent_calls_keep_a_layer_in_order(secure, tmp_path: Path, mo
     NameNode in the order their sequence numbers and cipher state were used."""
     import trio
 
-    from hdfsfuse.client.client import ClientOptions, HdfsClient
+    from hdfsfuse.client import ClientOptions, HdfsClient
     from hdfsfuse.security.credentials import SecurityOptions
 
     cluster = secure(proxy_user="hfuse", rpc_protection="privacy")

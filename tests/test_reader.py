@@ -13,9 +13,11 @@ import pytest
 import trio
 
 from hdfsfuse import errors
-from hdfsfuse.client.client import ClientOptions, HdfsClient
-from hdfsfuse.datanode.connection import ConnectionPool, DataNodeTimeout, Timeouts, read_replica
+from hdfsfuse.client import ClientOptions, HdfsClient
+from hdfsfuse.datanode.connection import DataNodeTimeout, Timeouts
 from hdfsfuse.datanode.dtp import STATUS_CHECKSUM_OK
+from hdfsfuse.datanode.pool import ConnectionPool
+from hdfsfuse.datanode.reader import read_replica
 from hdfsfuse.stats import Stats
 from tests.conftest import random_bytes
 from tests.minidfs import MiniDfs
@@ -285,7 +287,7 @@ async def test_datanodes_reached_by_hostname_when_configured(fresh_cluster, tmp_
             f = await client.open("/named")
             assert f.blocks[0].locs[0].id.hostName == "localhost" and f.blocks[0].locs[0].id.ipAddr == "127.0.0.1"
             assert bytes(await client.read_range(f, 100, 5000)) == data[100:5100]
-            assert [a.rsplit(":", 1)[0] for a in client.pool._idle] == [host]
+            assert [a.rsplit(":", 1)[0] for a in client.context.pool._idle] == [host]
 
 
 async def test_a_datanode_writing_small_pieces_wakes_the_reader_per_64_kib_not_per_piece() -> None:

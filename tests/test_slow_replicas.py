@@ -12,8 +12,9 @@ from collections.abc import Callable
 
 import trio
 
-from hdfsfuse.client.client import ClientOptions, HdfsClient, xfer_address
+from hdfsfuse.client import ClientOptions, HdfsClient
 from hdfsfuse.datanode.connection import Timeouts
+from hdfsfuse.datanode.context import xfer_address
 from hdfsfuse.datanode.replicas import SLOW_FACTOR
 from tests.conftest import random_bytes
 from tests.minidfs import MiniDfs, slow_port
@@ -29,8 +30,8 @@ async def test_hedged_reads_route_around_a_slow_datanode(fresh_cluster: Callable
         f = await client.open("/hedge")
         for off in range(0, 2 * MiB, 256 * 1024):  # learn every DataNode's healthy latency
             assert bytes(await client.read_range(f, off, 4096)) == data[off : off + 4096]
-        plan = f.block_plan(0, client.client_name, use_hostname=False)
-        first = client.replicas.order(plan.replicas, set(), trio.current_time())[0][0]  # read first now
+        plan = f.block_plan(0, client.context)
+        first = client.context.replicas.order(plan.replicas, set(), trio.current_time())[0][0]  # read first now
         port = int(first.rsplit(":", 1)[1])
         rnd = random.Random(171)
         with slow_port(port, "40kbit"):
@@ -42,7 +43,8 @@ async def test_hedged_reads_route_around_a_slow_datanode(fresh_cluster: Callable
         assert client.stats.hedged_reads >= 1 and client.stats.hedge_wins >= 1
         assert client.stats.hedged_reads <= 5  # once measured slow, it is read after the others
         assert slow_ops <= 5
-        assert client.replicas.snapshot()[first] > SLOW_FACTOR * min(client.replicas.snapshot().values())
+        latencies = client.context.replicas.snapshot()
+        assert latencies[first] > SLOW_FACTOR * min(latencies.values())
 
 
 async def test_a_trickling_replica_is_left_for_another(fresh_cluster: Callable[..., MiniDfs]) -> None:
@@ -55,4 +57,4 @@ async def test_a_trickling_replica_is_left_for_another(fresh_cluster: Callable[.
         with slow_port(port, "16kbit"):
             assert bytes(await client.read_range(f, 1000, 64 * 1024)) == data[1000 : 1000 + 64 * 1024]
         assert client.stats.replica_failovers == 1
-        assert len(client.pool) >= 1  # the good replica's connection went back to the pool
+        assert len(client.context.pool) >= 1  # the good replica's connection went back to the pool

@@ -1,9 +1,8 @@
-"""DataNode transport over trio: a connection pool and one exact-length read from one replica.
+"""One DataNode socket over trio, with the read status that rides on the next request.
 
-Does I/O. The byte layouts live in `hdfsfuse.datanode.dtp`; choosing replicas lives in `hdfsfuse.client.client`.
+Does I/O. The byte layouts live in `hdfsfuse.datanode.dtp`; pooling lives in
+`hdfsfuse.datanode.pool` and one exact read in `hdfsfuse.datanode.reader`.
 
-- `ConnectionPool` keeps idle DataNode sockets for less than the DataNode's 4 s keepalive,
-  with a global cap. A socket goes back only after a complete, verified read.
 - **The read status rides on the next request.** After the last packet the DataNode waits for
   the client's status (CHECKSUM_OK) before it accounts the read and reads the next op. Sent on
   its own, the status costs a send and a DataNode wake-up per read. It is kept on the pooled
@@ -16,15 +15,8 @@ Does I/O. The byte layouts live in `hdfsfuse.datanode.dtp`; choosing replicas li
         |-- status #1 + READ_BLOCK #2 --------->|  accounts #1, reads op #2 from the same bytes
         |<---------- response, packets ---------|
 
-  A socket not reused within STATUS_DELAY / 2 to STATUS_DELAY (a reader went quiet) sends its
-  status alone (`ConnectionPool.flush_forever`), and so does one being closed. The DataNode's
-  counters (it counts BytesRead once it has the status) lag a read by at most STATUS_DELAY.
-- `read_replica()` sends one OP_READ_BLOCK, parses the response with a read timeout on every
-  wait, and retries once on a fresh socket when a pooled one turns out to be stale (that does
-  not count as a DataNode failure). A cancelled or failed read closes its socket.
-- A new connection to a DataNode that needs SASL (`hdfsfuse.security.transfer` decides) makes the
-  handshake first (`hdfsfuse.security.transfer_sasl`); it then carries its layer (DIGEST frames or AES/CTR)
-  for its whole life, pooled or not.
+- A connection to a DataNode that needs SASL carries its layer (DIGEST frames or AES/CTR) for its
+  whole life, pooled or not.
 - **Bytes land once.** A read's bytes go from the socket straight into its parser's buffer
   (`recv_into` its room), and the packet loop copies them from there to their place in the
   read's output: one copy in user space. AES/CTR decrypts from one scratch buffer per
@@ -33,25 +25,17 @@ Does I/O. The byte layouts live in `hdfsfuse.datanode.dtp`; choosing replicas li
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
 import socket
-from collections.abc import Callable
-from typing import Protocol
 
 import trio
 
 from hdfsfuse.datanode import dtp
 from hdfsfuse.errors import ConnectionLost, RpcTimeout
 from hdfsfuse.security.transfer_sasl import (
-    DataTransferSaslClient,
-    DataTransferSaslError,
     StreamLayer,
-    UnknownEncryptionKey,
 )
-from hdfsfuse.stats import Stats
-from hdfsfuse.wire import NEED_DATA, NeedData, read_delimited
 
 log = logging.getLogger(__name__)
 
@@ -215,308 +199,3 @@ class DnConnection:
             self.flush_status()
         trio.lowlevel.notify_closing(self.sock)
         self.sock.close()
-
-
-class ConnectionPool:
-    """Idle DataNode connections keyed by "host:port"; expire before the DataNode's keepalive."""
-
-    def __init__(self, *, idle_seconds: float = 3.0, capacity: int = 64) -> None:
-        self.idle_seconds = idle_seconds
-        self.capacity = capacity
-        self._idle: dict[str, collections.deque[tuple[float, DnConnection]]] = {}
-        self._count = 0
-        # Sockets given back with a kept status, oldest first: (when given, socket, its exchanges then).
-        self._statuses: collections.deque[tuple[float, DnConnection, int]] = collections.deque()
-        self._status_wakeup = trio.Event()
-
-    def __len__(self) -> int:
-        return self._count
-
-    def take(self, address: str) -> DnConnection | None:
-        """A fresh-enough idle connection to `address`, or None."""
-        conns = self._idle.get(address)
-        now = trio.current_time()
-        while conns:
-            stamp, conn = conns.pop()  # newest first
-            self._count -= 1
-            if now - stamp < self.idle_seconds:
-                return conn
-            conn.close()
-        return None
-
-    def give(self, address: str, conn: DnConnection) -> None:
-        self._expire()
-        if self._count >= self.capacity:
-            oldest = min((q for q in self._idle.values() if q), key=lambda q: q[0][0])
-            oldest.popleft()[1].close()
-            self._count -= 1
-        now = trio.current_time()
-        self._idle.setdefault(address, collections.deque()).append((now, conn))
-        self._count += 1
-        if conn.pending:
-            if not self._statuses:
-                self._status_wakeup.set()
-            self._statuses.append((now, conn, conn.exchanges))
-
-    async def flush_forever(self) -> None:
-        """Send the statuses of sockets not reused within STATUS_DELAY.
-
-        A status goes out between STATUS_DELAY / 2 and STATUS_DELAY after its socket came back:
-        each wake-up sends all of those, so the task wakes at most once per STATUS_DELAY / 2
-        while reads go on, not once per read.
-        """
-        statuses = self._statuses
-        while True:
-            if not statuses:
-                self._status_wakeup = trio.Event()
-                await self._status_wakeup.wait()
-                continue
-            await trio.sleep_until(statuses[0][0] + STATUS_DELAY)
-            horizon = trio.current_time() - STATUS_DELAY / 2
-            while statuses and statuses[0][0] <= horizon:
-                _, conn, exchanges = statuses.popleft()
-                if conn.exchanges == exchanges and conn.pending:
-                    conn.flush_status()  # idle since it was given back: no request took the status along
-
-    async def reap_forever(self) -> None:
-        """Close idle connections as they expire (the DataNode drops them after its keepalive)."""
-        while True:
-            await trio.sleep(self.idle_seconds / 2)
-            try:
-                self._expire()
-            except Exception as e:  # a background task: log, never escape
-                log.error("closing idle DataNode connections failed: %s: %s", type(e).__name__, e)
-
-    def _expire(self) -> None:
-        now = trio.current_time()
-        for conns in self._idle.values():
-            while conns and now - conns[0][0] >= self.idle_seconds:
-                conns.popleft()[1].close()
-                self._count -= 1
-
-    def close(self) -> None:
-        for conns in self._idle.values():
-            for _, conn in conns:
-                conn.close()
-        self._idle.clear()
-        self._statuses.clear()
-        self._count = 0
-
-
-class Security(Protocol):
-    """What a new connection needs for SASL (`hdfsfuse.security.transfer`, bound to one block's token)."""
-
-    async def handshake(self, address: str) -> DataTransferSaslClient | None: ...
-    def forget_key(self) -> None: ...
-
-
-class _Stale(Exception):
-    """A pooled connection was already closed by the DataNode."""
-
-
-async def _connect(address: str, timeouts: Timeouts) -> DnConnection:
-    host, _, port = address.rpartition(":")
-    try:
-        with trio.fail_after(timeouts.connect):
-            stream = await trio.open_tcp_stream(host.strip("[]"), int(port))
-    except trio.TooSlowError:
-        raise ConnectFailed(f"connecting to DataNode {address} timed out after {timeouts.connect:g}s") from None
-    except OSError as e:
-        raise ConnectFailed(f"cannot connect to DataNode {address}: {e.strerror or e}") from None
-    # trio sets TCP_NODELAY; take the plain socket over for the non-blocking fast path.
-    return DnConnection(socket.socket(fileno=stream.socket.detach()), address)
-
-
-async def _negotiate(conn: DnConnection, client: DataTransferSaslClient, timeouts: Timeouts) -> None:
-    """The SASL handshake on a new connection, before its first op; then the layer is on."""
-    try:
-        with trio.fail_after(timeouts.read):
-            await conn.send_all(client.start())
-            while not client.done:
-                data = await conn.receive(65536)
-                if not data:
-                    raise DataTransferSaslError(
-                        f"DataNode {conn.address} closed the connection during the SASL handshake; does the "
-                        f"cluster's setting match {client.setting}?"
-                    )
-                reply = client.receive(data)
-                if reply:
-                    await conn.send_all(reply)
-    except trio.TooSlowError:
-        raise DataNodeTimeout(f"DataNode {conn.address}: no SASL answer within {timeouts.read:g}s") from None
-    except OSError as e:
-        raise DataTransferSaslError(
-            f"DataNode {conn.address} dropped the connection during the SASL handshake ({e}); does the cluster's "
-            f"setting match {client.setting}?"
-        ) from None
-    conn.layer = client.layer
-
-
-async def _secure(conn: DnConnection, security: Security, timeouts: Timeouts, stats: Stats) -> None:
-    """The SASL handshake a new connection needs, if any (`hdfsfuse.security.transfer` decides)."""
-    client = await security.handshake(conn.address)
-    if client is not None:
-        await _negotiate(conn, client, timeouts)
-        stats.dn_sasl[client.layer_name] += 1
-
-
-async def _exchange(
-    conn: DnConnection, request: bytes, parser: dtp.ReadBlockParser, timeouts: Timeouts, reused: bool,
-    progress: Callable[[int], None] | None = None,
-) -> None:
-    """Send the op and drive the parser to the end of the read; keep the read status for later.
-
-    One cancel scope per operation; its deadline moves forward whenever bytes arrive, so the
-    read timeout bounds every single wait. Once the first bytes are in, the replica must also
-    keep up `min_rate` (after `rate_grace`), so a DataNode that trickles is left for another.
-    """
-    address = conn.address
-    conn.waited = False
-    first_bytes_at = 0.0
-    unyielded = 0  # bytes received since this read last let other tasks run
-    waits_seen = conn.waits
-    with trio.CancelScope(deadline=trio.current_time() + timeouts.read) as scope:
-        try:
-            await conn.send_all(request)
-        except OSError as e:
-            if reused:
-                raise _Stale from None
-            raise ConnectionLost(f"sending to DataNode {address} failed: {e}") from None
-        got_any = False
-        progressed = False
-        while True:
-            event = parser.next_event()
-            if event is NEED_DATA:
-                if progressed:  # bytes arrived since the last wait: the timeout starts over
-                    now = trio.current_time()
-                    scope.deadline = now + timeouts.read
-                    progressed = False
-                    elapsed = now - first_bytes_at
-                    if elapsed > timeouts.rate_grace and parser.received < timeouts.min_rate * elapsed:
-                        raise TooSlow(
-                            f"DataNode {address} sent {parser.received} bytes in {elapsed:.1f}s during a read of "
-                            f"{parser.what}, below the minimum {timeouts.min_rate:g} bytes/s"
-                        )
-                try:
-                    count = await conn.receive_into(parser, RECEIVE_SIZE, parser.bytes_due, ready=got_any)
-                except OSError as e:
-                    if reused and not got_any:
-                        raise _Stale from None
-                    raise ConnectionLost(f"connection to DataNode {address} lost: {e}") from None
-                if not count:
-                    if not got_any:
-                        if reused:
-                            raise _Stale
-                        raise ConnectionLost(
-                            f"DataNode {address} closed the connection right after the READ_BLOCK request "
-                            "without answering"
-                        )
-                    raise ConnectionLost(f"DataNode {address} closed the connection in the middle of a read")
-                if not got_any:
-                    first_bytes_at = trio.current_time()
-                got_any = progressed = True
-                if conn.waits != waits_seen:
-                    waits_seen, unyielded = conn.waits, 0
-                else:  # data kept arriving without a wait: let other reads run between packets
-                    unyielded += count
-                    if unyielded >= YIELD_EVERY:
-                        unyielded = 0
-                        await trio.lowlevel.checkpoint()
-            elif isinstance(event, dtp.ReadFinished):
-                conn.keep_status(event.status_reply)  # it goes out with the next request
-                break
-            elif progress is not None:  # PacketReceived: more verified bytes are in place
-                progress(parser.position)
-    if scope.cancelled_caught:
-        raise DataNodeTimeout(f"DataNode {address} sent nothing for {timeouts.read:g}s during a read of {parser.what}")
-    if not conn.waited:
-        await trio.lowlevel.checkpoint()  # every read yields at least once
-
-
-async def read_replica(
-    pool: ConnectionPool, address: str, request: bytes, offset: int, length: int, what: str,
-    timeouts: Timeouts, stats: Stats, security: Security | None = None,
-    keep: list[dtp.ReadBlockParser] | None = None, into: tuple[bytearray, dtp.Placement] | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> bytearray:
-    """Read exactly `length` bytes at block `offset` from the DataNode at `address`.
-
-    `security` (with the block's token): a new connection makes the SASL handshake it asks for.
-    `keep`: the finished parser is appended, holding the verified chunk-aligned bytes (the
-    block cache stores them). `into`: the bytes go to the caller's buffer at the placement's
-    places, and that buffer is returned (a failed attempt may have written part of them).
-    `progress(block offset)`: called as verified bytes land, with the offset they reach.
-    """
-    attempts = 0
-    new_key = False
-    while True:
-        attempts += 1
-        conn = pool.take(address) if attempts == 1 else None
-        reused = conn is not None
-        if conn is None:
-            conn = await _connect(address, timeouts)
-            stats.dn_connects += 1
-            if security is not None:
-                try:
-                    await _secure(conn, security, timeouts, stats)
-                except UnknownEncryptionKey:
-                    conn.close()
-                    if new_key:
-                        raise
-                    new_key = True  # the key expired or rolled: once more with a fresh one
-                    security.forget_key()
-                    continue
-                except BaseException:
-                    conn.close()
-                    raise
-        else:
-            stats.dn_reuses += 1
-        parser = dtp.ReadBlockParser(offset, length, what, keep=keep is not None, into=into)
-        stats.dtp_read_ops += 1
-        try:
-            await _exchange(conn, request, parser, timeouts, reused, progress)
-        except _Stale:
-            stats.dn_stale_retries += 1
-            conn.close()
-            continue
-        except BaseException:
-            conn.close()
-            raise
-        finally:
-            stats.dn_payload_bytes += parser.received  # what crossed the wire, even if the read failed
-        pool.give(address, conn)
-        if keep is not None:
-            keep.append(parser)
-        return parser.output
-
-
-async def block_op(address: str, request: bytes, what: str, timeouts: Timeouts, stats: Stats,
-                   security: Security | None = None) -> bytes:
-    """One operation other than a read (OP_BLOCK_CHECKSUM) on a fresh connection, closed after.
-
-    Returns the DataNode's varint-delimited response body.
-    """
-    conn = await _connect(address, timeouts)
-    stats.dn_connects += 1
-    try:
-        if security is not None:
-            await _secure(conn, security, timeouts, stats)
-        with trio.fail_after(timeouts.read):
-            await conn.send_all(request)
-            buf = bytearray()
-            while True:
-                try:
-                    raw, _ = read_delimited(buf, 0, dtp.MAX_RESPONSE_LEN)
-                    return bytes(raw)
-                except NeedData:
-                    pass
-                data = await conn.receive(65536)
-                if not data:
-                    raise ConnectionLost(f"DataNode {address} closed the connection before answering for {what}")
-                buf += data
-    except trio.TooSlowError:
-        raise DataNodeTimeout(f"DataNode {address} did not answer within {timeouts.read:g}s for {what}") from None
-    except OSError as e:
-        raise ConnectionLost(f"connection to DataNode {address} lost: {e}") from None
-    finally:
-        conn.close()

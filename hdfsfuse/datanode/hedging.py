@@ -9,7 +9,7 @@ connection closed (never pooled half-read).
     timer:         ... threshold ... start hedge ── read replica B ── done: cancel A's scope
 
 Arming is a heap push, so a read that answers within the threshold (nearly every read) costs
-no task, nursery or channel. `client.HdfsClient._read_replicas` drives a `Race`.
+no task, nursery or channel. `hdfsfuse.client.replicated` drives a `Race`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Does I/O; the layout and the plan are `hdfsfuse.erasure.striping`, the arithmeti
          their stored length are zeros and cost nothing), decode it, and scatter it.
 
 A degraded 4 KiB read inside one cell thus costs k x 4 KiB, as Java's pread does. A unit that
-failed is remembered per group (`HdfsFile.dead`), so later reads decode at once. A corrupt
+failed is remembered per group (the open file's `dead`), so later reads decode at once. A corrupt
 internal block is reported to the NameNode. A refused block token refetches the group's
 locations once.
 """
@@ -19,27 +19,25 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import trio
 
 from hdfsfuse.datanode import dtp
 from hdfsfuse.datanode.buffers import read_buffer
-from hdfsfuse.datanode.connection import ConnectFailed, read_replica
+from hdfsfuse.datanode.connection import ConnectFailed
+from hdfsfuse.datanode.context import BlockKey, ReadContext
 from hdfsfuse.datanode.dtp import Placement
 from hdfsfuse.datanode.pieces import Piece
-from hdfsfuse.datanode.tasks import run_each
+from hdfsfuse.datanode.reader import read_replica, run_each
 from hdfsfuse.erasure import codec as erasure
 from hdfsfuse.erasure.arrival import Arrival
 from hdfsfuse.erasure.codec import EcPolicy
 from hdfsfuse.erasure.striping import UnitRead, decode_sources, internal_length, plan_group_read
 from hdfsfuse.errors import BlockUnavailable, ChecksumMismatch, HdfsError, InvalidBlockToken, ProtocolError
-from hdfsfuse.local.blockcache.store import BlockKey
 from hdfsfuse.proto import hdfs_pb2, rpc_pb2
-
-if TYPE_CHECKING:
-    from hdfsfuse.client.client import HdfsClient, HdfsFile
+from hdfsfuse.security.transfer import DataTransferSecurity
 
 log = logging.getLogger(__name__)
 
@@ -93,23 +91,41 @@ def group_plan(block: hdfs_pb2.LocatedBlockProto, policy: EcPolicy, path: str, c
     return GroupPlan(block.offset, lengths, sources)
 
 
+class StripedFile(Protocol):
+    """What the striped reader needs of an open file (`hdfsfuse.client.files.HdfsFile`)."""
+
+    path: str
+    dead: dict[int, set[str]]  # group start -> DataNodes that failed reading it
+    dn_security: DataTransferSecurity | None
+
+    def group_plan(self, start: int, policy: EcPolicy, context: ReadContext) -> GroupPlan: ...
+
+
+Relocate = Callable[[StripedFile, int, int], Awaitable[None]]  # (file, offset, length): fetch locations again
+ReportCorrupt = Callable[[StripedFile, hdfs_pb2.ExtendedBlockProto, hdfs_pb2.DatanodeInfoProto, rpc_pb2.TokenProto],
+                         None]
+
+
 class _TokenRefused(Exception):
     """A DataNode refused an internal block's token: refetch the group's locations."""
 
 
 class StripedReader:
-    """Reads pieces of erasure-coded files for an `HdfsClient` (its pool, security and stats)."""
+    """Reads pieces of erasure-coded files: healthy units at once, lost ones decoded."""
 
-    def __init__(self, client: HdfsClient) -> None:
-        self.client = client
+    def __init__(self, context: ReadContext, *, relocate: Relocate, report_corrupt: ReportCorrupt) -> None:
+        self.context = context
+        self.relocate = relocate
+        self.report_corrupt = report_corrupt
 
-    async def read(self, file: HdfsFile, piece: Piece, policy: EcPolicy, arrival: Arrival | None = None) -> bytearray:
+    async def read(self, file: StripedFile, piece: Piece, policy: EcPolicy,
+                   arrival: Arrival | None = None) -> bytearray:
         """A piece of one group. A refused token, or more lost units than the parity covers,
         fetch the group's locations again (forgetting its dead DataNodes) and retry, once each.
         `arrival`: told the buffer and which of its bytes have landed, while the read runs."""
         token_refreshed = refetched = False
         while True:
-            plan = file.group_plan(piece.block_start, policy, self.client)
+            plan = file.group_plan(piece.block_start, policy, self.context)
             try:
                 return await self._read_group(file, plan, piece, policy, arrival)
             except _TokenRefused:
@@ -117,7 +133,7 @@ class StripedReader:
                     raise BlockUnavailable(f"{file.path}: block tokens of the group at file offset "
                                            f"{piece.block_start} were refused twice") from None
                 token_refreshed = True
-                self.client.stats.token_refreshes += 1
+                self.context.stats.token_refreshes += 1
                 log.info("%s: a block token was refused; fetching the group's locations again", file.path)
             except BlockUnavailable:
                 if refetched:
@@ -126,9 +142,9 @@ class StripedReader:
                 log.info("%s: too many units of the group at file offset %d failed; fetching its locations again",
                          file.path, piece.block_start)
                 file.dead.pop(plan.start, None)
-            await self.client._locate(file, piece.block_start, 1)
+            await self.relocate(file, piece.block_start, 1)
 
-    async def _read_group(self, file: HdfsFile, plan: GroupPlan, piece: Piece, policy: EcPolicy,
+    async def _read_group(self, file: StripedFile, plan: GroupPlan, piece: Piece, policy: EcPolicy,
                           arrival: Arrival | None) -> bytearray:
         output = read_buffer(piece.length)  # the units' spans cover it: every byte written or decoded
         reads = plan_group_read(policy, piece.offset_in_block, piece.length)
@@ -137,7 +153,7 @@ class StripedReader:
         fetched: dict[int, tuple[int, bytes | bytearray]] = {}  # unit -> (in-block start, bytes) read so far
 
         # Without the block cache, each unit's packets land straight at their places in `output`.
-        into = self.client.cached is None
+        into = self.context.cached is None
         if arrival is not None and into:
             arrival.start(output, reads)
 
@@ -161,11 +177,11 @@ class StripedReader:
                 read.scatter(data, output)
         return output
 
-    async def _recover(self, file: HdfsFile, plan: GroupPlan, policy: EcPolicy, read: UnitRead, dead: set[str],
+    async def _recover(self, file: StripedFile, plan: GroupPlan, policy: EcPolicy, read: UnitRead, dead: set[str],
                        failed: dict[int, str], fetched: dict[int, tuple[int, bytes | bytearray]]) -> bytes:
         """Unit `read.unit`'s in-block range, decoded from k other units' same range."""
         start, length = read.start, read.length
-        stats = self.client.stats
+        stats = self.context.stats
         while True:
             sources = decode_sources(policy, read.unit, set(failed))
             if sources is None:
@@ -198,7 +214,7 @@ class StripedReader:
                 return erasure.decode(policy.codec, policy.data_units, policy.parity_units, inputs,
                                       [read.unit], length)[read.unit]
 
-    async def _read_unit(self, file: HdfsFile, plan: GroupPlan, unit: int, start: int, length: int,
+    async def _read_unit(self, file: StripedFile, plan: GroupPlan, unit: int, start: int, length: int,
                          dead: set[str], failed: dict[int, str], into: tuple[bytearray, Placement] | None = None,
                          progress: Callable[[int], None] | None = None) -> bytes | bytearray | None:
         """Exactly `length` bytes at `start` of one internal block, or None (recorded in `failed`).
@@ -208,11 +224,11 @@ class StripedReader:
         With the block cache on, an internal block is a block like any other: looked up first,
         stored after a read from its DataNode.
         """
-        cached = self.client.cached
+        cached = self.context.cached
         if cached is None or unit not in plan.sources:
             return await self._fetch_unit(file, plan, unit, start, length, dead, failed, None, into, progress)
         b = plan.sources[unit][0].block
-        key = BlockKey(b.poolId, b.blockId, b.generationStamp)
+        key = BlockKey.of(b)
 
         async def fetch(keep: list[dtp.ReadBlockParser]) -> bytearray | None:
             return await self._fetch_unit(file, plan, unit, start, length, dead, failed, keep)
@@ -220,11 +236,11 @@ class StripedReader:
         # The fetch reads exactly this plan's internal block: the key always names its bytes.
         return await cached.read(key, plan.lengths[unit], start, length, fetch, lambda: True)
 
-    async def _fetch_unit(self, file: HdfsFile, plan: GroupPlan, unit: int, start: int, length: int,
+    async def _fetch_unit(self, file: StripedFile, plan: GroupPlan, unit: int, start: int, length: int,
                           dead: set[str], failed: dict[int, str], keep: list[dtp.ReadBlockParser] | None,
                           into: tuple[bytearray, Placement] | None = None,
                           progress: Callable[[int], None] | None = None) -> bytearray | None:
-        client = self.client
+        context = self.context
         sources = [s for s in plan.sources.get(unit, []) if s.address not in dead]
         if not sources:
             failed[unit] = "no live location" if unit in plan.sources else "no location"
@@ -233,19 +249,19 @@ class StripedReader:
             request = dtp.encode_read_block(src.header_field, start, length)
             security = None if file.dn_security is None else file.dn_security.for_block(src.token)
             try:
-                return await read_replica(client.pool, src.address, request, start, length, src.what,
-                                          client.options.timeouts, client.stats, security, keep, into, progress)
+                return await read_replica(context.pool, src.address, request, start, length, src.what,
+                                          context.timeouts, context.stats, security, keep, into, progress)
             except InvalidBlockToken:
                 raise _TokenRefused from None
             except HdfsError as e:
                 failed[unit] = f"{src.address}: {e}"
                 dead.add(src.address)
                 if isinstance(e, ChecksumMismatch):
-                    client.stats.checksum_failures += 1
-                    client.report_bad_internal_block(file, src.block, src.loc, src.token)
+                    context.stats.checksum_failures += 1
+                    self.report_corrupt(file, src.block, src.loc, src.token)
                     log.warning("%s; decoding around it", e)
                 else:
                     if isinstance(e, ConnectFailed):
-                        client.replicas.refused(src.address, trio.current_time())
+                        context.replicas.refused(src.address, trio.current_time())
                     log.warning("%s: %s; decoding around it", src.what, e)
         return None

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import pyfuse3
 import trio
 
-from hdfsfuse.client.client import HdfsClient, HdfsFile
+from hdfsfuse.client import HdfsClient, HdfsFile
 from hdfsfuse.conf.mount_options import MountOptions
 from hdfsfuse.erasure.arrival import Arrival
 from hdfsfuse.erasure.codec import policy_name
@@ -457,7 +457,7 @@ class HdfsOperations(pyfuse3.Operations):
         roles: collections.Counter[str] = collections.Counter()
         for nn in self.identities.clients:
             roles.update(nn.calls_by_role)
-        return snapshot(self.stats, calls, failovers, self.client.replicas.snapshot(), roles)
+        return snapshot(self.stats, calls, failovers, self.client.context.replicas.snapshot(), roles)
 
     async def _status(self, inode: int, ctx: pyfuse3.RequestContext) -> FileStatus:
         cached = self._attrs.get(inode)

@@ -16,8 +16,8 @@ import collections
 import getpass
 import logging
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import TypeVar
 
 import trio
@@ -89,6 +89,16 @@ class NameNodeClient:
         self.calls: collections.Counter[str] = collections.Counter()
         self.calls_by_role: collections.Counter[str] = collections.Counter()  # "observer" / "active"
         self.failovers = 0
+
+    @contextmanager
+    def bounded(self, seconds: float) -> Iterator[None]:
+        """Calls made inside give up after at most `seconds` (a mount's preflight fails fast)."""
+        kept = self.total_timeout
+        self.total_timeout = min(kept, seconds)
+        try:
+            yield
+        finally:
+            self.total_timeout = kept
 
     @classmethod
     @asynccontextmanager
@@ -316,6 +326,13 @@ class NameNodeClient:
         r = await self.call("getStoragePolicy", hdfs_pb2.GetStoragePolicyRequestProto(path=path),
                             hdfs_pb2.GetStoragePolicyResponseProto)
         return r.storagePolicy
+
+    async def get_data_encryption_key(self) -> hdfs_pb2.DataEncryptionKeyProto | None:
+        """The block pool's data-encryption key; None when block tokens are off (Java then skips
+        the encrypted handshake too)."""
+        r = await self.call("getDataEncryptionKey", hdfs_pb2.GetDataEncryptionKeyRequestProto(),
+                            hdfs_pb2.GetDataEncryptionKeyResponseProto)
+        return r.dataEncryptionKey if r.HasField("dataEncryptionKey") else None
 
     async def get_server_defaults(self) -> hdfs_pb2.FsServerDefaultsProto:
         if self._server_defaults is None:

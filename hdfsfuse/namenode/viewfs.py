@@ -19,8 +19,8 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 
 from hdfsfuse.conf.hadoop import ViewTarget
 from hdfsfuse.conf.mounttable import Internal, Link
@@ -62,10 +62,13 @@ class ViewNameNode:
     def total_timeout(self) -> float:
         return self.primary.total_timeout
 
-    @total_timeout.setter
-    def total_timeout(self, value: float) -> None:
-        for client in self.namespaces.values():
-            client.total_timeout = value
+    @contextmanager
+    def bounded(self, seconds: float) -> Iterator[None]:
+        """Every namespace's calls made inside give up after at most `seconds`."""
+        with ExitStack() as stack:
+            for client in self.namespaces.values():
+                stack.enter_context(client.bounded(seconds))
+            yield
 
     @property
     def call_timeout(self) -> float:

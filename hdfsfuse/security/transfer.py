@@ -5,18 +5,18 @@ configuration and the NameNode's server defaults) and the data-encryption key fo
 dfs.encrypt.data.transfer: fetched from the NameNode (getDataEncryptionKey) once, kept until
 shortly before it expires (`renewal_time`), and dropped when a DataNode no longer knows it.
 Does I/O (NameNode calls); the handshake itself is pure (`hdfsfuse.security.transfer_sasl`), driven by
-`hdfsfuse.datanode.connection`.
+`hdfsfuse.datanode.reader`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Protocol
 
 import trio
 
 from hdfsfuse.conf.hadoop import ClusterSettings
-from hdfsfuse.namenode.client import NameNodeClient
 from hdfsfuse.proto import hdfs_pb2, rpc_pb2
 from hdfsfuse.security.transfer_sasl import DataTransferSaslClient, handshake_kind
 from hdfsfuse.stats import Stats
@@ -37,8 +37,16 @@ def renewal_time(fetched_at: float, expiry_ms: int) -> float:
     return expiry - min(KEY_MARGIN_SECONDS, KEY_MARGIN_SHARE * max(0.0, expiry - fetched_at))
 
 
+class KeySource(Protocol):
+    """What the decision asks a namespace's NameNode (`hdfsfuse.namenode.client.NameNodeClient`)."""
+
+    async def get_server_defaults(self) -> hdfs_pb2.FsServerDefaultsProto: ...
+
+    async def get_data_encryption_key(self) -> hdfs_pb2.DataEncryptionKeyProto | None: ...
+
+
 class DataTransferSecurity:
-    def __init__(self, namenode: NameNodeClient, settings: ClusterSettings, stats: Stats, *, kerberos: bool) -> None:
+    def __init__(self, namenode: KeySource, settings: ClusterSettings, stats: Stats, *, kerberos: bool) -> None:
         self.namenode = namenode
         self.settings = settings
         self.stats = stats
@@ -75,11 +83,8 @@ class DataTransferSecurity:
             if key is not None and time.time() < self._renew_at:
                 return key
             fetched_at = time.time()
-            r = await self.namenode.call("getDataEncryptionKey", hdfs_pb2.GetDataEncryptionKeyRequestProto(),
-                                         hdfs_pb2.GetDataEncryptionKeyResponseProto)
+            self._key = await self.namenode.get_data_encryption_key()
             self.stats.encryption_key_fetches += 1
-            # No key (block tokens off): Java then skips the encrypted handshake too.
-            self._key = r.dataEncryptionKey if r.HasField("dataEncryptionKey") else None
             if self._key is not None:
                 self._renew_at = renewal_time(fetched_at, self._key.expiryDate)
                 log.debug("data-encryption key %d, valid until %s", self._key.keyId,

@@ -28,12 +28,13 @@ from pathlib import Path
 
 import trio
 
-from hdfsfuse.client.client import WHOLE_FILE, ClientOptions, HdfsClient
+from hdfsfuse.client import ClientOptions, HdfsClient
 from tests.bench.run import daemon_pid
 from tests.minidfs import ClusterOptions, MiniDfs, slow_port
 from tests.mounting import Mount
 
 MiB = 1 << 20
+WHOLE_FILE = 1 << 62  # a getBlockLocations length that covers any file
 WARMUP = 200
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import trio
 
-from hdfsfuse.client.client import HdfsClient
+from hdfsfuse.client import HdfsClient
 from tests.bench.profile import Profile, sampled
 from tests.minidfs import ClusterOptions, MiniDfs, ensure_built
 from tests.mounting import Mount

@@ -71,7 +71,7 @@ PROTECTIONS = ("authentication", "integrity", "privacy")
 
 _RTT_WORKER = """
 import json, statistics, sys, time, trio
-from hdfsfuse.client.client import ClientOptions, HdfsClient
+from hdfsfuse.client import ClientOptions, HdfsClient
 from hdfsfuse.security.credentials import SecurityOptions
 uri, conf, keytab, principal, calls = sys.argv[1:6]
 async def main():

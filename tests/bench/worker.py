@@ -95,7 +95,7 @@ def mount(a: argparse.Namespace, reads: Reads, warmup: Reads) -> None:
 def library(a: argparse.Namespace, reads: Reads, warmup: Reads) -> None:
     import trio
 
-    from hdfsfuse.client.client import HdfsClient
+    from hdfsfuse.client import HdfsClient
     from hdfsfuse.datanode.buffers import keep_read_buffers
 
     keep_read_buffers()  # as the mount does

@@ -31,12 +31,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import trio
 
 from hdfsfuse.datanode import dtp
-from hdfsfuse.local.blockcache.store import RECHECK, BlockCache, BlockKey, CacheCorrupt, Recheck
+from hdfsfuse.datanode.context import BlockKey, Fetch
+from hdfsfuse.local.blockcache.store import RECHECK, BlockCache, CacheCorrupt, Recheck
 from hdfsfuse.local.io_threads import LocalIoThreads
 from hdfsfuse.local.uring import RingClosed
 from hdfsfuse.local.verified_io import WouldBlock
@@ -50,7 +51,6 @@ NOWAIT_MAX = 128 * 1024  # larger lookups verify in a thread even when their byt
 RESCAN_SECONDS = 30.0
 POLL_NS = 250_000  # how long an inline lookup polls for the disk: a cold 4 KiB read here takes ~50 us
 
-Fetch = Callable[[list[dtp.ReadBlockParser]], Awaitable[bytes | bytearray | None]]
 
 
 @dataclasses.dataclass(slots=True)
@@ -81,7 +81,7 @@ class CachedReads:
         for, for up to POLL_NS, before giving up."""
         if length > NOWAIT_MAX:
             return None
-        key = BlockKey(block.poolId, block.blockId, block.generationStamp)
+        key = BlockKey.of(block)
         try:
             try:
                 data = self.cache.read(key, block.numBytes, offset, length, nowait=True, reopen_on_miss=False)

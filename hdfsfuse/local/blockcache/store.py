@@ -45,6 +45,7 @@ import time
 from typing import NoReturn
 
 from hdfsfuse.datanode.checksum import CHECKSUM_NULL, TYPE_NAMES, Checksum
+from hdfsfuse.datanode.context import BlockKey
 from hdfsfuse.errors import ChecksumMismatch, ProtocolError
 from hdfsfuse.local.verified_io import (
     DIRECT_MIN,
@@ -72,16 +73,6 @@ _NAME = re.compile(r"(-?\d+)_(\d+)\.blk")
 _PAGE = 4096
 MIN_FREE = 64 * 1024 * 1024  # leave this much of the filesystem free when sizing the cache
 META_ADVICE_SECONDS = 1.0  # how often a block's checksums and flags may be asked into memory
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class BlockKey:
-    pool: str
-    block_id: int
-    generation_stamp: int
-
-    def stem(self) -> str:
-        return f"{self.block_id}_{self.generation_stamp}"
 
 
 @dataclasses.dataclass(slots=True)
