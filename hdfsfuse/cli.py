@@ -27,7 +27,7 @@ from hdfsfuse.conf.hadoop import NameNodeTarget, ViewTarget, load_hadoop_conf, r
 from hdfsfuse.conf.mount_options import HELP, LOG_LEVELS, MountOptions, parse_options
 from hdfsfuse.daemon import check_mountpoint, check_view, mount_entry, notify_systemd, run_mount
 from hdfsfuse.errors import ConfigError, HdfsError
-from hdfsfuse.fuse.operations import STATS_XATTR
+from hdfsfuse.fuse.xattrs import STATS_XATTR
 
 log = logging.getLogger("hdfsfuse")
 

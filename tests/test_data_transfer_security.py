@@ -114,7 +114,7 @@ def test_protection_mismatch_is_one_clear_line(secure, mount, tmp_path: Path) ->
     wait_until(lambda: "/mismatch/f" in m.log_text(), "the failure is logged")
     lines = [ln for ln in m.log_text().splitlines() if " ERROR " in ln]
     # One line per failed request (the kernel may retry a failed page read), from the FUSE boundary.
-    assert lines and all(" hdfsfuse.fuse.operations: read /mismatch/f " in ln for ln in lines), lines
+    assert lines and all(" hdfsfuse.fuse.boundary: read /mismatch/f " in ln for ln in lines), lines
     assert "requires protection privacy, but dfs.data.transfer.protection here is integrity" in lines[0], lines[0]
 
 

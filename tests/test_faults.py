@@ -126,7 +126,7 @@ def test_lost_block_is_eio_and_other_files_keep_serving(fresh_cluster, mount) ->
     lines = [ln for ln in m.log_text().splitlines() if "ERROR" in ln and "/lost" in ln]
     assert lines and "block" in lines[0] and "127.0.0.1:" in lines[0]
     # One line per failed request (the kernel may retry a failed page read), from the FUSE boundary.
-    assert all(" hdfsfuse.fuse.operations: read /lost " in ln for ln in lines), lines
+    assert all(" hdfsfuse.fuse.boundary: read /lost " in ln for ln in lines), lines
     assert open(m.path("/fine"), "rb").read() == other
     assert is_mounted(m.dir)
 

@@ -403,18 +403,14 @@ def test_listing_page_cap_truncates_with_a_warning(
 
 
 def test_negative_cache_is_bounded() -> None:
-    from types import SimpleNamespace
+    from hdfsfuse.fuse.attributes import NEGATIVE_CACHE_MAX, NegativeCache
 
-    from hdfsfuse.conf.mount_options import MountOptions
-    from hdfsfuse.fuse.operations import NEGATIVE_CACHE_MAX, HdfsOperations
-    from hdfsfuse.stats import Stats
-
-    client = SimpleNamespace(namenode=None, stats=Stats(), credentials=None)
-    ops = HdfsOperations(client, "/", MountOptions(), "/mnt", None)  # type: ignore[arg-type]
+    negative = NegativeCache(timeout=60.0)
     for i in range(3 * NEGATIVE_CACHE_MAX):
-        ops._remember_missing((1, f"missing-{i}".encode()))
-        assert len(ops._negative) <= NEGATIVE_CACHE_MAX
-    assert (1, f"missing-{3 * NEGATIVE_CACHE_MAX - 1}".encode()) in ops._negative  # the newest are kept
+        negative.remember((1, f"missing-{i}".encode()))
+        assert len(negative) <= NEGATIVE_CACHE_MAX
+    assert (1, f"missing-{3 * NEGATIVE_CACHE_MAX - 1}".encode()) in negative  # the newest are kept
+    assert negative.missing((1, f"missing-{3 * NEGATIVE_CACHE_MAX - 1}".encode()))
 
 
 def test_a_reset_metrics_scrape_does_not_stop_the_mount(

@@ -132,7 +132,7 @@ async def test_a_buffer_an_earlier_read_waits_for_is_not_dropped_by_a_later_one(
 
     import trio
 
-    from hdfsfuse.fuse.operations import _Chunk, _OpenFile
+    from hdfsfuse.fuse.handles import Chunk, OpenFile
 
     arrive = trio.Event()
     fetched: list[tuple[int, int]] = []
@@ -147,14 +147,15 @@ async def test_a_buffer_an_earlier_read_waits_for_is_not_dropped_by_a_later_one(
     async with trio.open_nursery() as nursery:
         ops: Any = _operations(fetch_range, nursery)
         file = SimpleNamespace(under_construction=False, length=FILE, path="/f")
-        handle = ops._files[7] = _OpenFile(2, file, planner())  # type: ignore[arg-type]
+        handle = OpenFile(2, file, planner())  # type: ignore[arg-type]
+        ops.handles.add(7, handle)
         handle.planner.plan(0, 1, FILE)  # a sequential run from offset 0...
         handle.planner.frontier = 2 * M  # ...with two buffers ahead of it
         for offset in (0, M):
-            assert ops.budget.try_take(M)
-            chunk = _Chunk(offset, M)
+            assert ops.readahead.budget.try_take(M)
+            chunk = Chunk(offset, M)
             handle.chunks.append(chunk)
-            nursery.start_soon(ops._prefetch, file, chunk)
+            nursery.start_soon(ops.readahead._prefetch, file, chunk)
         await trio.testing.wait_all_tasks_blocked()
         got: dict[int, bytes] = {}
 
@@ -193,7 +194,7 @@ async def test_a_replicated_files_prefetch_runs_as_concurrent_pieces() -> None:
 
     import trio
 
-    from hdfsfuse.fuse.operations import _OpenFile
+    from hdfsfuse.fuse.handles import OpenFile
 
     release = trio.Event()
     in_flight: list[tuple[int, int]] = []
@@ -212,17 +213,18 @@ async def test_a_replicated_files_prefetch_runs_as_concurrent_pieces() -> None:
         async with trio.open_nursery() as nursery:
             ops: Any = _operations(fetch_range, nursery)
             file = SimpleNamespace(under_construction=False, length=FILE, path="/f", ec_policy=ec_policy)
-            handle = ops._files[7] = _OpenFile(2, file, planner())  # type: ignore[arg-type]
-            ops._start_prefetch(handle, 5 * M, 8 * M)
+            handle = OpenFile(2, file, planner())  # type: ignore[arg-type]
+            ops.handles.add(7, handle)
+            ops.readahead.start(handle, 5 * M, 8 * M)
             await trio.testing.wait_all_tasks_blocked()
             assert sorted(in_flight) == expected  # every piece asked for before any arrived
-            assert ops.budget.used == 8 * M
+            assert ops.readahead.budget.used == 8 * M
             release.set()
             await trio.testing.wait_all_tasks_blocked()
-            got = await ops._from_chunks(handle, 6 * M + 5, 8 * M + 5)  # across two pieces, if cut
+            got = await ops.readahead.take(handle, 6 * M + 5, 8 * M + 5)  # across two pieces, if cut
             assert got is not None and bytes(got) == across
-            ops._drop_chunks(handle, before=None)
-            assert ops.budget.used == 0
+            ops.readahead.drop(handle, before=None)
+            assert ops.readahead.budget.used == 0
 
 
 async def test_a_striped_window_serves_its_first_cells_before_its_last_arrive() -> None:
@@ -235,7 +237,7 @@ async def test_a_striped_window_serves_its_first_cells_before_its_last_arrive() 
     from hdfsfuse.erasure.arrival import Arrival
     from hdfsfuse.erasure.codec import EcPolicy
     from hdfsfuse.erasure.striping import plan_group_read
-    from hdfsfuse.fuse.operations import _Chunk, _OpenFile
+    from hdfsfuse.fuse.handles import Chunk, OpenFile
 
     policy = EcPolicy("t", "rs", 3, 2, M, 64)
     rest = trio.Event()
@@ -255,16 +257,17 @@ async def test_a_striped_window_serves_its_first_cells_before_its_last_arrive() 
     async with trio.open_nursery() as nursery:
         ops: Any = _operations(fetch_range, nursery)
         file = SimpleNamespace(under_construction=False, length=FILE, path="/f", ec_policy=policy)
-        handle = ops._files[7] = _OpenFile(2, file, planner())  # type: ignore[arg-type]
-        assert ops.budget.try_take(3 * M)
-        chunk = _Chunk(0, 3 * M, arrival=Arrival())
+        handle = OpenFile(2, file, planner())  # type: ignore[arg-type]
+        ops.handles.add(7, handle)
+        assert ops.readahead.budget.try_take(3 * M)
+        chunk = Chunk(0, 3 * M, arrival=Arrival())
         handle.chunks.append(chunk)
-        nursery.start_soon(ops._prefetch, file, chunk)
+        nursery.start_soon(ops.readahead._prefetch, file, chunk)
         await trio.testing.wait_all_tasks_blocked()
         got: list[bytes] = []
 
         async def first() -> None:
-            data = await ops._from_chunks(handle, 4096, M)  # inside unit 0's cell: no wait
+            data = await ops.readahead.take(handle, 4096, M)  # inside unit 0's cell: no wait
             got.append(bytes(data))
 
         nursery.start_soon(first)
@@ -273,7 +276,7 @@ async def test_a_striped_window_serves_its_first_cells_before_its_last_arrive() 
         got.clear()
 
         async def second() -> None:
-            data = await ops._from_chunks(handle, M - 10, M + 10)  # needs unit 1's cell
+            data = await ops.readahead.take(handle, M - 10, M + 10)  # needs unit 1's cell
             got.append(bytes(data))
 
         nursery.start_soon(second)

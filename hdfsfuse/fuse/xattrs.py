@@ -1,7 +1,10 @@
 """HDFS's own extended attributes and ACLs, as the mount shows them through getfattr and getfacl.
 
-Does I/O (NameNode calls, as the caller). The mount's own `user.hdfs.*` attributes live in
-`hdfsfuse.fuse.operations`; the ACL byte layout lives in `hdfsfuse.fuse.acls`.
+Does I/O (NameNode calls, as the caller). The ACL byte layout lives in `hdfsfuse.fuse.acls`.
+
+- The mount's own: `user.hdfs.replication`, `user.hdfs.block_size`, `user.hdfs.blocks` (the
+  block list as JSON), `user.hdfs.checksum` (computed by the DataNodes, no data read) and
+  `user.hdfs.ec_policy` on files; `user.hdfsfuse.stats` (live stats as JSON) on the mount root.
 
 - `user.NAME`: an HDFS xattr of the user namespace (listXAttrs for the names, getXAttrs for one
   value). Other HDFS namespaces (trusted, security, system, raw) are not shown.
@@ -13,8 +16,11 @@ Does I/O (NameNode calls, as the caller). The mount's own `user.hdfs.*` attribut
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+
+import pyfuse3
 
 from hdfsfuse.errors import AccessDenied, HdfsError
 from hdfsfuse.fuse import acls
@@ -30,6 +36,11 @@ ACL_NAMES = (acls.ACCESS_XATTR, acls.DEFAULT_XATTR)
 CONTENT_SUMMARY = b"user.hdfs.content_summary"
 STORAGE_POLICY = b"user.hdfs.storage_policy"
 FACTS = (CONTENT_SUMMARY, STORAGE_POLICY)
+STATS_XATTR = b"user.hdfsfuse.stats"  # on the mount root: live stats as JSON
+CHECKSUM_XATTR = b"user.hdfs.checksum"  # computed on demand by the DataNodes (no data read)
+FILE_XATTRS = (b"user.hdfs.replication", b"user.hdfs.block_size", b"user.hdfs.blocks", CHECKSUM_XATTR)
+EC_XATTR = b"user.hdfs.ec_policy"  # files and directories with an erasure-coding policy
+XATTR_SIZE_MAX = 65536  # the kernel's cap on one extended attribute value
 
 
 def _signed(value: int) -> int:
@@ -95,3 +106,29 @@ async def acl_value(nn: NameNodeClient, nn_path: str, st: FileStatus, name: byte
     if name == acls.ACCESS_XATTR:
         return acls.access_acl(status, uid_of, gid_of)
     return acls.default_acl(status, uid_of, gid_of)
+
+
+async def blocks_value(nn: NameNodeClient, nn_path: str, shown: str, window: int) -> bytes:
+    """user.hdfs.blocks: the block list as JSON, fetched `window` bytes of file at a time.
+
+    The kernel caps an xattr value at 64 KiB: a longer list is E2BIG, found without asking
+    the NameNode for the whole file's locations.
+    """
+    blocks: list[dict[str, object]] = []
+    size, offset = 2, 0
+    while True:
+        lbs = await nn.get_block_locations(nn_path, offset, window)
+        fresh = [b for b in lbs.blocks if b.offset >= offset]
+        for b in fresh:
+            item: dict[str, object] = {"offset": b.offset, "length": b.b.numBytes,
+                                       "hosts": [f"{loc.id.hostName}:{loc.id.xferPort}" for loc in b.locs]}
+            if b.HasField("blockIndices"):  # a striped group: the internal block index on each host
+                item["indices"] = list(b.blockIndices)
+            size += len(json.dumps(item)) + 2
+            if size > XATTR_SIZE_MAX:
+                log.warning("%s: user.hdfs.blocks would be over %d bytes (E2BIG)", shown, XATTR_SIZE_MAX)
+                raise pyfuse3.FUSEError(errno.E2BIG)
+            blocks.append(item)
+        if not fresh or (lbs.HasField("lastBlock") and fresh[-1].b.blockId == lbs.lastBlock.b.blockId):
+            return json.dumps(blocks).encode()
+        offset = fresh[-1].offset + max(1, fresh[-1].b.numBytes)
