@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 
 from hdfsfuse.datanode.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum
 from hdfsfuse.datanode.context import BlockKey
-from hdfsfuse.local.blockcache import store as blockcache
-from hdfsfuse.local.blockcache.store import SUBDIR, BlockCache, CacheCorrupt
+from hdfsfuse.local.blockcache import layout
+from hdfsfuse.local.blockcache.layout import RECHECK, SUBDIR, CacheCorrupt
+from hdfsfuse.local.blockcache.store import BlockCache
+from hdfsfuse.local.verified_io import WouldBlock
 from tests.page_residency import (
     drop_pages,
     page_cache_bypass_unavailable,
@@ -257,7 +259,7 @@ def test_a_lookup_that_waits_for_the_disk_reads_in_the_blocks_checksums(tmp_path
     wait_until_resident(path, meta)
     assert not resident_pages(path)[far_data]
 
-    monkeypatch.setattr(blockcache, "META_ADVICE_SECONDS", 0.0)  # (once a second per block)
+    monkeypatch.setattr(layout, "META_ADVICE_SECONDS", 0.0)  # (once a second per block)
 
     def nowait_lookup() -> bool:
         try:
@@ -354,7 +356,7 @@ def test_a_lookup_whose_preads_run_elsewhere_is_exact_a_miss_or_rechecked(tmp_pa
     and, for bytes that do not verify, RECHECK (never bytes): the ordered `read` then decides."""
     cache = _cache(tmp_path)
     _store(cache, 0, 6)
-    with pytest.raises(blockcache.WouldBlock):  # the block's files are not open yet: a thread opens them
+    with pytest.raises(WouldBlock):  # the block's files are not open yet: a thread opens them
         cache.begin_lookup(KEY, len(BLOCK), 0, 10)
     assert cache.read(KEY, len(BLOCK), 0, 10) == BLOCK[:10]
     for offset, length in [(0, 10), (BPC - 1, 2), (3 * BPC + 5, 2 * BPC)]:
@@ -366,11 +368,11 @@ def test_a_lookup_whose_preads_run_elsewhere_is_exact_a_miss_or_rechecked(tmp_pa
     lookup = cache.begin_lookup(KEY, len(BLOCK), 2 * BPC, 100)
     got = _preads(lookup.reads)
     lookup.reads[0][1][7] ^= 0x10  # a bit flipped on disk
-    assert cache.finish_lookup(lookup, got) is blockcache.RECHECK
+    assert cache.finish_lookup(lookup, got) is RECHECK
     lookup = cache.begin_lookup(KEY, len(BLOCK), 2 * BPC, 100)
     got = _preads(lookup.reads)
     got[0] -= 1  # a file that ends early
-    assert cache.finish_lookup(lookup, got) is blockcache.RECHECK
+    assert cache.finish_lookup(lookup, got) is RECHECK
     assert cache.counters.corrupt == 0  # nothing proven yet
     lookup = cache.begin_lookup(KEY, len(BLOCK), 0, 10)
     assert cache.finish_lookup(lookup, OSError(5, "Input/output error")) is None
@@ -406,13 +408,13 @@ def test_a_large_lookup_done_elsewhere_reads_its_data_past_the_page_cache(tmp_pa
     assert lookup.direct
     got = _preads(lookup.reads)
     lookup.reads[0][1][70_000] ^= 1
-    assert cache.finish_lookup(lookup, got) is blockcache.RECHECK  # `read` decides, in order
+    assert cache.finish_lookup(lookup, got) is RECHECK  # `read` decides, in order
     lookup = cache.begin_lookup(key, len(block), 0, 300_000)
     got = _preads(lookup.reads)
     got[0] = 8192  # a direct read cut short
-    assert cache.finish_lookup(lookup, got) is blockcache.RECHECK
+    assert cache.finish_lookup(lookup, got) is RECHECK
     lookup = cache.begin_lookup(key, len(block), 0, 300_000)
-    assert cache.finish_lookup(lookup, OSError(22, "Invalid argument")) is blockcache.RECHECK
+    assert cache.finish_lookup(lookup, OSError(22, "Invalid argument")) is RECHECK
     assert cache.counters.errors == 0 and cache.counters.corrupt == 0
     cache.close()
 

@@ -37,7 +37,8 @@ import trio
 
 from hdfsfuse.datanode import dtp
 from hdfsfuse.datanode.context import BlockKey, Fetch
-from hdfsfuse.local.blockcache.store import RECHECK, BlockCache, CacheCorrupt, Recheck
+from hdfsfuse.local.blockcache.layout import RECHECK, CacheCorrupt, Recheck
+from hdfsfuse.local.blockcache.store import BlockCache
 from hdfsfuse.local.io_threads import LocalIoThreads
 from hdfsfuse.local.uring import RingClosed
 from hdfsfuse.local.verified_io import WouldBlock
