@@ -451,7 +451,7 @@ async def test_a_large_local_read_through_io_uring_is_verified_and_exact(tmp_pat
     from hdfsfuse.datanode.checksum import CHECKSUM_CRC32C, Checksum
     from hdfsfuse.errors import ChecksumMismatch
     from hdfsfuse.local import short_circuit_protocol as scp
-    from hdfsfuse.local.short_circuit import _Replica
+    from hdfsfuse.local.replica_files import LocalReplica
     from hdfsfuse.local.uring import UringReads
     from hdfsfuse.local.verified_io import ShortRead
 
@@ -461,7 +461,7 @@ async def test_a_large_local_read_through_io_uring_is_verified_and_exact(tmp_pat
     (tmp_path / "meta").write_bytes(scp.META_HEADER.pack(1, CHECKSUM_CRC32C, 512) + checksum.compute(data))
     if page_cache_bypass_unavailable(tmp_path / "blk") is not None:
         pytest.skip(str(page_cache_bypass_unavailable(tmp_path / "blk")))
-    replica = _Replica(("s", "BP-1", 1, 1), os.open(tmp_path / "blk", os.O_RDONLY),
+    replica = LocalReplica(("s", "BP-1", 1, 1), os.open(tmp_path / "blk", os.O_RDONLY),
                        os.open(tmp_path / "meta", os.O_RDONLY), checksum, len(data), None, None, 0)  # type: ignore[arg-type]
     replica.open_direct()
     assert replica.direct_fd >= 0
