@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import collections
 import errno
-import json
 import logging
 import os
 
@@ -24,9 +23,7 @@ import trio
 
 from hdfsfuse.client import HdfsClient
 from hdfsfuse.conf.mount_options import MountOptions
-from hdfsfuse.erasure.codec import policy_name
 from hdfsfuse.errors import FileNotFound, HdfsError
-from hdfsfuse.fuse import xattrs
 from hdfsfuse.fuse.attributes import IS_DIR, IS_SYMLINK, Attributes, NegativeCache
 from hdfsfuse.fuse.boundary import RequestBoundary
 from hdfsfuse.fuse.callers import Identities
@@ -35,7 +32,8 @@ from hdfsfuse.fuse.inodes import ROOT_INODE, Entry, InodeTable
 from hdfsfuse.fuse.listings import Listing
 from hdfsfuse.fuse.owners import OwnerIds
 from hdfsfuse.fuse.readahead import ReadaheadBudget, ReadaheadPlanner, max_window
-from hdfsfuse.namenode.client import FileStatus, NameNodeClient
+from hdfsfuse.fuse.xattrs import ExtendedAttributes
+from hdfsfuse.namenode.client import NameNodeClient
 from hdfsfuse.namenode.viewfs import ViewNameNode
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.stats import snapshot
@@ -73,18 +71,19 @@ class HdfsOperations(pyfuse3.Operations):
         self.handles = OpenFiles()
         self.readahead = Readahead(client.fetch_range, ReadaheadBudget(options.readahead_total),
                                    options.request_timeout, self.stats, nursery)
+        self.xattrs = ExtendedAttributes(self, client, self.stats_snapshot)
         self._dirs: dict[int, Listing] = {}
         self._next_fh = 1
         self._cache_keys: dict[int, tuple[int, int]] = {}  # inode -> (mtime, length) of the kept page cache
         self._reads_waiting = 0  # reads past the inline try, awaiting their bytes
 
-    def _entry(self, inode: int) -> Entry:
+    def entry(self, inode: int) -> Entry:
         entry = self.inodes.get(inode)
         if entry is None:
             raise pyfuse3.FUSEError(errno.ESTALE)
         return entry
 
-    def _nn(self, ctx: pyfuse3.RequestContext | None) -> NameNodeClient:
+    def caller_namenode(self, ctx: pyfuse3.RequestContext | None) -> NameNodeClient:
         """The NameNode connection of the request's caller (`-o identity=`)."""
         if ctx is None:
             return self.nn
@@ -120,7 +119,7 @@ class HdfsOperations(pyfuse3.Operations):
         self.attributes.store(ROOT_INODE, st)
 
     async def lookup(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        parent = self._entry(parent_inode)
+        parent = self.entry(parent_inode)
         text = name.decode("utf-8", "surrogateescape")
         key = (parent_inode, name)
         with self.boundary.request("lookup", f"{parent.shown}/{text}"):
@@ -128,7 +127,7 @@ class HdfsOperations(pyfuse3.Operations):
                 self.stats.cache_hits["negative"] += 1
                 raise pyfuse3.FUSEError(errno.ENOENT)
             self.stats.cache_misses["entry"] += 1
-            st = await self._nn(ctx).get_file_link_info(self.inodes.child_path(parent, text))
+            st = await self.caller_namenode(ctx).get_file_link_info(self.inodes.child_path(parent, text))
             if st is None:
                 self.negative.remember(key)
                 raise pyfuse3.FUSEError(errno.ENOENT)
@@ -150,10 +149,10 @@ class HdfsOperations(pyfuse3.Operations):
             self.stats.cache_hits["attr"] += 1
             return fresh[1]
         cached = self.attributes.get(inode)
-        entry = self._entry(inode)
+        entry = self.entry(inode)
         with self.boundary.request("getattr", entry.shown):
             self.stats.cache_misses["attr"] += 1
-            st = await self._nn(ctx).get_file_link_info(entry.nn_path)
+            st = await self.caller_namenode(ctx).get_file_link_info(entry.nn_path)
             if st is None or (entry.file_id and not entry.by_inode and not entry.snapshot
                               and st.fileId != entry.file_id):  # federated: another file has its path now
                 if cached is not None and self.handles.is_open(inode):
@@ -173,19 +172,19 @@ class HdfsOperations(pyfuse3.Operations):
             return attrs
 
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
-        entry = self._entry(inode)
+        entry = self.entry(inode)
         with self.boundary.request("readlink", entry.shown):
             cached = self.attributes.get(inode)
-            st = cached[2] if cached is not None else await self._nn(ctx).get_file_link_info(entry.nn_path)
+            st = cached[2] if cached is not None else await self.caller_namenode(ctx).get_file_link_info(entry.nn_path)
             if st is None or st.fileType != IS_SYMLINK:
                 raise pyfuse3.FUSEError(errno.EINVAL)
             return self.attributes.link_target(st.symlink)
 
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
         """Open a listing and fetch its first page (errors such as ENOTDIR show here)."""
-        directory = self._entry(inode)
+        directory = self.entry(inode)
         with self.boundary.request("opendir", directory.shown):
-            listing = Listing(directory, self._nn(ctx), self.options.listing_page_cap)
+            listing = Listing(directory, self.caller_namenode(ctx), self.options.listing_page_cap)
             await listing.next_page()
         fh = self._new_fh()
         self._dirs[fh] = listing
@@ -221,7 +220,7 @@ class HdfsOperations(pyfuse3.Operations):
 
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
         with self.boundary.request("statfs", self.root):
-            fs = await self._nn(ctx).get_fs_stats()
+            fs = await self.caller_namenode(ctx).get_fs_stats()
         s = pyfuse3.StatvfsData()
         s.f_bsize = 128 * 1024
         s.f_frsize = 4096
@@ -243,81 +242,18 @@ class HdfsOperations(pyfuse3.Operations):
         failovers = sum(nn.failovers for nn in self.identities.clients)
         return snapshot(self.stats, calls, failovers, self.client.context.replicas.snapshot(), roles)
 
-    async def _status(self, inode: int, ctx: pyfuse3.RequestContext) -> FileStatus:
-        fresh = self.attributes.fresh(inode)
-        if fresh is not None:
-            return fresh[2]
-        st = await self._nn(ctx).get_file_link_info(self._entry(inode).nn_path)
-        if st is None:
-            raise pyfuse3.FUSEError(errno.ENOENT)
-        self.attributes.store(inode, st)
-        return st
-
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
-        if inode == pyfuse3.ROOT_INODE:
-            return [xattrs.STATS_XATTR]
-        entry = self._entry(inode)
-        with self.boundary.request("listxattr", entry.shown):
-            st = await self._status(inode, ctx)
-            hdfs_names = await xattrs.names(self._nn(ctx), entry.nn_path, st)
-        names = (list(xattrs.FILE_XATTRS) if st.fileType == IS_FILE else []) + xattrs.facts_for(st)
-        if st.HasField("ecPolicy"):
-            names.append(xattrs.EC_XATTR)
-        return names + [n for n in hdfs_names if n not in names]
+        return await self.xattrs.list(inode, ctx)
 
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        if name == xattrs.EC_XATTR:
-            with self.boundary.request("getxattr", self._entry(inode).shown):
-                st = await self._status(inode, ctx)
-            if not st.HasField("ecPolicy"):
-                raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
-            return policy_name(st.ecPolicy).encode()
-        if name not in xattrs.FILE_XATTRS:
-            if inode == pyfuse3.ROOT_INODE and name == xattrs.STATS_XATTR:
-                return json.dumps(self.stats_snapshot()).encode()
-            if name.startswith(b"user.") or name in xattrs.ACL_NAMES:
-                return await self._hdfs_xattr(inode, name, ctx)
-            # No security labels here. EOPNOTSUPP (not ENODATA) lets tools like `ls -l`
-            # remember that for the whole mount instead of asking for every entry.
-            raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
-        entry = self._entry(inode)
-        with self.boundary.request("getxattr", entry.shown):
-            st = await self._status(inode, ctx)
-            if st.fileType != IS_FILE:
-                raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
-            if name == b"user.hdfs.replication":
-                return str(st.block_replication).encode()
-            if name == b"user.hdfs.block_size":
-                return str(st.blocksize).encode()
-            if name == xattrs.CHECKSUM_XATTR:
-                file = await self.client.open(entry.nn_path, namenode=self._nn(ctx))
-                return (await self.client.file_checksum(file)).encode()
-            window = 10 * (st.blocksize or 128 * 1024 * 1024)
-            return await xattrs.blocks_value(self._nn(ctx), entry.nn_path, entry.shown, window)
-
-    async def _hdfs_xattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        """A NameNode fact, an ACL or an HDFS user xattr (`hdfsfuse.fuse.xattrs`); ENODATA when none."""
-        entry = self._entry(inode)
-        with self.boundary.request("getxattr", entry.shown):
-            nn = self._nn(ctx)
-            if name in xattrs.FACTS:
-                value = await xattrs.fact_value(nn, entry.nn_path, await self._status(inode, ctx), name)
-            elif name in xattrs.ACL_NAMES:
-                st = await self._status(inode, ctx)
-                value = await xattrs.acl_value(nn, entry.nn_path, st, name, self.owners.known_user,
-                                               self.owners.known_group)
-            else:
-                value = await xattrs.user_value(nn, entry.nn_path, name[len(b"user.") :])
-        if value is None:
-            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
-        return value
+        return await self.xattrs.get(inode, name, ctx)
 
     # ----- files ----------------------------------------------------------------------------------
 
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         if flags & _WRITE_FLAGS:
             raise pyfuse3.FUSEError(errno.EROFS)
-        entry = self._entry(inode)
+        entry = self.entry(inode)
         with self.boundary.request("open", entry.shown):
             if entry.by_inode:
                 path, file_id = entry.shown, self.inodes.root_file_id if inode == ROOT_INODE else inode
@@ -327,7 +263,7 @@ class HdfsOperations(pyfuse3.Operations):
                 path, file_id = entry.nn_path, entry.file_id  # federated: by path, but still this file
             try:
                 # Exactly this inode's file, checked by the NameNode as the caller.
-                file = await self.client.open(path, file_id=file_id, namenode=self._nn(ctx))
+                file = await self.client.open(path, file_id=file_id, namenode=self.caller_namenode(ctx))
             except FileNotFound:
                 if not file_id:
                     raise

@@ -19,11 +19,19 @@ from __future__ import annotations
 import errno
 import json
 import logging
+from collections.abc import Callable
+from typing import Protocol
 
 import pyfuse3
 
+from hdfsfuse.client import HdfsClient
+from hdfsfuse.erasure.codec import policy_name
 from hdfsfuse.errors import AccessDenied, HdfsError
 from hdfsfuse.fuse import acls
+from hdfsfuse.fuse.attributes import Attributes
+from hdfsfuse.fuse.boundary import RequestBoundary
+from hdfsfuse.fuse.inodes import Entry
+from hdfsfuse.fuse.owners import OwnerIds
 from hdfsfuse.namenode.client import FileStatus, NameNodeClient
 from hdfsfuse.proto import hdfs_pb2
 
@@ -32,6 +40,7 @@ log = logging.getLogger(__name__)
 USER = hdfs_pb2.XAttrProto.USER
 HAS_ACL = hdfs_pb2.HdfsFileStatusProto.HAS_ACL
 IS_DIR = hdfs_pb2.HdfsFileStatusProto.IS_DIR
+IS_FILE = hdfs_pb2.HdfsFileStatusProto.IS_FILE
 ACL_NAMES = (acls.ACCESS_XATTR, acls.DEFAULT_XATTR)
 CONTENT_SUMMARY = b"user.hdfs.content_summary"
 STORAGE_POLICY = b"user.hdfs.storage_policy"
@@ -132,3 +141,93 @@ async def blocks_value(nn: NameNodeClient, nn_path: str, shown: str, window: int
         if not fresh or (lbs.HasField("lastBlock") and fresh[-1].b.blockId == lbs.lastBlock.b.blockId):
             return json.dumps(blocks).encode()
         offset = fresh[-1].offset + max(1, fresh[-1].b.numBytes)
+
+
+class Handlers(Protocol):
+    """What the xattr handlers use of the FUSE operations (`hdfsfuse.fuse.operations.HdfsOperations`)."""
+
+    attributes: Attributes
+    boundary: RequestBoundary
+    owners: OwnerIds
+
+    def entry(self, inode: int) -> Entry: ...
+
+    def caller_namenode(self, ctx: pyfuse3.RequestContext | None) -> NameNodeClient: ...
+
+
+class ExtendedAttributes:
+    """listxattr and getxattr of the mount: its own attributes, NameNode facts, ACLs and user xattrs."""
+
+    def __init__(self, ops: Handlers, client: HdfsClient, stats_snapshot: Callable[[], dict[str, object]]) -> None:
+        self.ops = ops
+        self.client = client
+        self.stats_snapshot = stats_snapshot
+
+    async def _status(self, inode: int, ctx: pyfuse3.RequestContext) -> FileStatus:
+        fresh = self.ops.attributes.fresh(inode)
+        if fresh is not None:
+            return fresh[2]
+        st = await self.ops.caller_namenode(ctx).get_file_link_info(self.ops.entry(inode).nn_path)
+        if st is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        self.ops.attributes.store(inode, st)
+        return st
+
+    async def list(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
+        if inode == pyfuse3.ROOT_INODE:
+            return [STATS_XATTR]
+        entry = self.ops.entry(inode)
+        with self.ops.boundary.request("listxattr", entry.shown):
+            st = await self._status(inode, ctx)
+            hdfs_names = await names(self.ops.caller_namenode(ctx), entry.nn_path, st)
+        shown = (list(FILE_XATTRS) if st.fileType == IS_FILE else []) + facts_for(st)
+        if st.HasField("ecPolicy"):
+            shown.append(EC_XATTR)
+        return shown + [n for n in hdfs_names if n not in shown]
+
+    async def get(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        if name == EC_XATTR:
+            with self.ops.boundary.request("getxattr", self.ops.entry(inode).shown):
+                st = await self._status(inode, ctx)
+            if not st.HasField("ecPolicy"):
+                raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+            return policy_name(st.ecPolicy).encode()
+        if name not in FILE_XATTRS:
+            if inode == pyfuse3.ROOT_INODE and name == STATS_XATTR:
+                return json.dumps(self.stats_snapshot()).encode()
+            if name.startswith(b"user.") or name in ACL_NAMES:
+                return await self._hdfs_xattr(inode, name, ctx)
+            # No security labels here. EOPNOTSUPP (not ENODATA) lets tools like `ls -l`
+            # remember that for the whole mount instead of asking for every entry.
+            raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+        entry = self.ops.entry(inode)
+        with self.ops.boundary.request("getxattr", entry.shown):
+            st = await self._status(inode, ctx)
+            if st.fileType != IS_FILE:
+                raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+            if name == b"user.hdfs.replication":
+                return str(st.block_replication).encode()
+            if name == b"user.hdfs.block_size":
+                return str(st.blocksize).encode()
+            if name == CHECKSUM_XATTR:
+                file = await self.client.open(entry.nn_path, namenode=self.ops.caller_namenode(ctx))
+                return (await self.client.file_checksum(file)).encode()
+            window = 10 * (st.blocksize or 128 * 1024 * 1024)
+            return await blocks_value(self.ops.caller_namenode(ctx), entry.nn_path, entry.shown, window)
+
+    async def _hdfs_xattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        """A NameNode fact, an ACL or an HDFS user xattr (`hdfsfuse.fuse.xattrs`); ENODATA when none."""
+        entry = self.ops.entry(inode)
+        with self.ops.boundary.request("getxattr", entry.shown):
+            nn = self.ops.caller_namenode(ctx)
+            if name in FACTS:
+                value = await fact_value(nn, entry.nn_path, await self._status(inode, ctx), name)
+            elif name in ACL_NAMES:
+                st = await self._status(inode, ctx)
+                value = await acl_value(nn, entry.nn_path, st, name, self.ops.owners.known_user,
+                                               self.ops.owners.known_group)
+            else:
+                value = await user_value(nn, entry.nn_path, name[len(b"user.") :])
+        if value is None:
+            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+        return value
