@@ -1,4 +1,9 @@
-"""Shared pytest fixtures: one default real HDFS cluster per test run, fresh ones on demand."""
+"""Shared pytest fixtures: one default real HDFS cluster per test run, fresh ones on demand.
+
+The tests come in tiers, by folder: `unit/` (pure: no cluster, no mount, no root), `cluster/` (the
+library and the harness against a real MiniDFSCluster) and `mount/` (through the kernel). Each
+test gets its tier's marker, so `pytest -m "not fuse"` runs everything but the mounts.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,16 @@ from pathlib import Path
 import pytest
 
 from tests.minidfs import ClusterOptions, MiniDfs
+
+
+_TIER_MARKERS = {"cluster": ("cluster",), "mount": ("cluster", "fuse")}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = Path(str(item.fspath)).parent.name
+        for marker in _TIER_MARKERS.get(tier, ()):
+            item.add_marker(marker)
 
 
 @pytest.fixture(scope="session")

@@ -268,34 +268,6 @@ def test_rs_6_3_and_legacy_decode_every_single_failure(fresh_cluster, mount, tmp
     read_with_each_unit_lost(c, m, files, tmp_path, holders, preads=8)
 
 
-def test_harness_ec_commands_over_json_lines(rs32) -> None:  # type: ignore[no-untyped-def]
-    c, _ = rs32
-    again = c.command("add_ec_policy", codec="rs", data=3, parity=2, cell_size=CELL)
-    assert again == {"ok": True, "name": "RS-3-2-64k"}  # the same schema and cell: the same policy
-    assert c.command("set_ec_policy", path="/ec-builtin", policy="RS-3-2-1024k") == {"ok": True}
-    c.put_bytes(random_bytes(MiB + 5, seed=144), "/ec-builtin/f")
-    # Each DataNode reports its internal block to the NameNode in the background after the close.
-    wait_until(lambda: len(c.command("blocks", path="/ec-builtin/f")["blocks"][0]["internal"]) == 4,
-               "every stored internal block reported")
-    reply = c.command("blocks", path="/ec-builtin/f")
-    assert reply["ec_policy"] == "RS-3-2-1024k"
-    (group,) = reply["blocks"]
-    assert group["striped"] is True and group["length"] == MiB + 5
-    by_index = {u["index"]: u for u in group["internal"]}
-    assert sorted(by_index) == [0, 1, 3, 4]  # unit 2 holds nothing: not stored
-    assert [by_index[i]["length"] for i in (0, 1, 3, 4)] == [MiB, 5, MiB, MiB]
-    assert {by_index[i]["block_id"] - group["block_id"] for i in by_index} == {0, 1, 3, 4}
-    stopped = c.command("stop_datanode", path="/ec-builtin/f", block_index=0, internal_index=3)
-    try:
-        assert stopped["xfer"] == by_index[3]["xfer"]
-    finally:
-        c.restart_datanode(stopped["xfer"])
-    flipped = c.command("corrupt_replica", path="/ec/exact", block_index=1, internal_index=4, offset=0, length=1)
-    c.command("corrupt_replica", path="/ec/exact", block_index=1, internal_index=4, offset=0, length=1)  # undo
-    assert _group_holders(c, "/ec/exact", 1)[flipped["xfer"]] == 4
-    assert flipped["block_id"] == c.blocks("/ec/exact")[1]["block_id"] + 4
-
-
 def test_files_in_an_encryption_zone_answer_eopnotsupp(rs32, mount) -> None:  # type: ignore[no-untyped-def]
     c, _ = rs32
     c.create_encryption_zone("/ez", "zone-key")

@@ -5,17 +5,12 @@ from __future__ import annotations
 
 import errno
 import os
-import random
 import subprocess
 import time
 from collections.abc import Callable
 
 import pytest
-import trio
-from hypothesis import given
-from hypothesis import strategies as st
 
-from hdfsfuse import errors
 from hdfsfuse.client import ClientOptions, HdfsClient
 from tests.conftest import random_bytes, wait_fully_replicated, wait_until
 from tests.minidfs import MiniDfs
@@ -87,58 +82,6 @@ def test_renamed_open_file_keeps_reading_by_inode(
             assert os.pread(fd, 1000, off) == data[off : off + 1000]
     finally:
         os.close(fd)
-
-
-async def test_library_file_is_pinned_to_its_identity(cluster: MiniDfs, data_dir: str) -> None:
-    path = f"{data_dir}/lib"
-    old = cluster.put_bytes(random_bytes(3 * MiB, seed=105), path)
-    async with library(cluster) as client:
-        f = await client.open(path)
-        assert f.locate_path == f"/.reserved/.inodes/{f.file_id}"
-        assert bytes(await client.read_range(f, 0, 1000)) == old[:1000]
-        corrupt_every_replica(cluster, path, 2)
-        cluster.put_bytes(random_bytes(3 * MiB, seed=106), path)
-        with pytest.raises(errors.FileChanged, match="deleted or replaced"):
-            await client.read_range(f, 2 * MiB + 5, 1000)
-        assert errors.to_errno(errors.FileChanged("x")) == errno.EIO
-        assert client.stats.files_changed == 1
-        assert bytes(await client.read_range(f, MiB, 1000)) == old[MiB : MiB + 1000]
-
-
-async def test_truncated_file_is_refused_not_short(fresh_cluster: Callable[..., MiniDfs]) -> None:
-    """A read past the new end of a truncated file fails loudly: the pinned block shrank."""
-    c = fresh_cluster(datanodes=1)
-    old = c.put_bytes(random_bytes(3000, seed=107), "/t")
-    async with library(c) as client:
-        f = await client.open("/t")
-        assert bytes(await client.read_range(f, 0, 100)) == old[:100]
-        c.truncate("/t", 1000)
-        assert bytes(await client.read_range(f, 200, 100)) == old[200:300]  # what is left still reads
-        with pytest.raises(errors.FileChanged, match=r"truncated since it was opened.*shrank from 3000 to 1000"):
-            await client.read_range(f, 1500, 500)
-
-
-def test_blockmap_refuses_changed_identity() -> None:
-    from hdfsfuse.client.blockmap import BlockMap
-    from hdfsfuse.proto import hdfs_pb2
-
-    def lb(offset: int, block_id: int, n: int, pool: str = "bp") -> hdfs_pb2.LocatedBlockProto:
-        b = hdfs_pb2.LocatedBlockProto(offset=offset)
-        b.b.poolId, b.b.blockId, b.b.numBytes, b.b.generationStamp = pool, block_id, n, 1
-        return b
-
-    m = BlockMap("/f")
-    assert m.merge([lb(0, 1, 100), lb(200, 3, 100)]) == [0, 200]
-    assert m.first_gap(0, 300) == 100 and m.first_gap(0, 100) is None
-    grown = lb(200, 3, 150)
-    grown.b.generationStamp = 2  # hflush/append/recovery: same block, new stamp, longer
-    m.merge([lb(100, 2, 100), grown])
-    assert m.first_gap(0, 350) is None and [p.block_start for p in m.pieces(50, 300)] == [0, 100, 200]
-    for bad, why in [(lb(0, 9, 100), "replaced"), (lb(0, 1, 100, pool="other"), "replaced"),
-                     (lb(200, 3, 120), "truncated"), (lb(300, 1, 10), "moved"), (lb(150, 7, 10), "overlaps")]:
-        with pytest.raises(errors.FileChanged, match=why):
-            m.merge([bad])
-    assert [b.b.blockId for b in m.blocks] == [1, 2, 3]  # a refused answer changes nothing
 
 
 # ----- 2. files being written: tail -f sees every appended byte ---------------------------------
@@ -234,26 +177,6 @@ def test_block_tokens_give_the_visible_length_through_sasl(
         c.append_close("/w")
 
 
-async def test_unknown_visible_length_fails_loudly_not_short(
-    fresh_cluster: Callable[..., MiniDfs], tmp_path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
-) -> None:
-    """When no DataNode can say how far a block being written reaches, a read at the end is an error."""
-    from hdfsfuse.security import sasl
-
-    c = fresh_cluster(datanodes=1, block_tokens=True)
-    (tmp_path / "part").write_bytes(random_bytes(5000, seed=122))
-    c.append_open("/w", tmp_path / "part")
-    try:
-        monkeypatch.setattr(sasl, "token_credentials", lambda ident, pw: ("bm9ib2R5", "d3Jvbmc="))
-        async with library(c) as client:
-            f = await client.open("/w")
-            assert f.length_unknown and "no DataNode gave the readable length" in f.length_unknown
-            with pytest.raises(errors.BlockUnavailable, match="readable length"):
-                await client.read_range(f, f.length, 100)
-    finally:
-        c.append_close("/w")
-
-
 # ----- 4. snapshots and renames ------------------------------------------------------------------
 
 
@@ -309,48 +232,6 @@ def test_rename_does_not_stale_the_inode(cluster: MiniDfs, mount: Callable[..., 
 # ----- library reads of files being written, and the location windows --------------------------
 
 
-async def test_locations_come_in_windows_and_fill_gaps(cluster: MiniDfs, data_dir: str) -> None:
-    path = f"{data_dir}/many-blocks"
-    data = cluster.put_bytes(random_bytes(200 * KiB, seed=150), path, block_size=1024)
-    async with library(cluster) as client:
-        before = client.namenode.calls["getBlockLocations"]
-        f = await client.open(path)
-        assert client.namenode.calls["getBlockLocations"] == before + 1
-        assert len(f.blocks) == 11  # the first ten blocks, and the last one
-        tail = bytes(await client.read_range(f, 200 * KiB - 500, 500))  # a footer read needs no window
-        assert tail == data[-500:] and client.namenode.calls["getBlockLocations"] == before + 1
-        mid = bytes(await client.read_range(f, 100 * KiB + 7, 5000))
-        assert mid == data[100 * KiB + 7 : 100 * KiB + 5007]
-        assert client.namenode.calls["getBlockLocations"] == before + 2
-        assert bytes(await client.read_range(f, 0, len(data))) == data
-        assert len(f.blocks) == 200
-
-
-async def test_a_large_read_lets_small_reads_through(cluster: MiniDfs, data_dir: str) -> None:
-    """One 64 MiB read yields between packets: reads started after it finish before it."""
-    big = cluster.put_bytes(random_bytes(64 * MiB, seed=151), f"{data_dir}/big", block_size=64 * MiB)
-    small = cluster.put_bytes(random_bytes(MiB, seed=152), f"{data_dir}/small")
-    async with library(cluster) as client:
-        fb, fs_ = await client.open(f"{data_dir}/big"), await client.open(f"{data_dir}/small")
-        await client.read_range(fs_, 0, 4096)  # warm a pooled connection
-        done: list[str] = []
-
-        async def large() -> None:
-            assert bytes(await client.read_range(fb, 0, len(big))) == big
-            done.append("large")
-
-        async def smalls() -> None:
-            await trio.sleep(0)
-            for i in range(5):
-                assert bytes(await client.read_range(fs_, i * 4096, 4096)) == small[i * 4096 : (i + 1) * 4096]
-            done.append("small")
-
-        async with trio.open_nursery() as n:
-            n.start_soon(large)
-            n.start_soon(smalls)
-        assert done == ["small", "large"]
-
-
 # ----- 3. no exception kills the mount ----------------------------------------------------------
 
 
@@ -402,17 +283,6 @@ def test_listing_page_cap_truncates_with_a_warning(
     assert "listing truncated at listing_page_cap=2 pages (2000 entries shown, 500 more not listed)" in m.log_text()
 
 
-def test_negative_cache_is_bounded() -> None:
-    from hdfsfuse.fuse.attributes import NEGATIVE_CACHE_MAX, NegativeCache
-
-    negative = NegativeCache(timeout=60.0)
-    for i in range(3 * NEGATIVE_CACHE_MAX):
-        negative.remember((1, f"missing-{i}".encode()))
-        assert len(negative) <= NEGATIVE_CACHE_MAX
-    assert (1, f"missing-{3 * NEGATIVE_CACHE_MAX - 1}".encode()) in negative  # the newest are kept
-    assert negative.missing((1, f"missing-{3 * NEGATIVE_CACHE_MAX - 1}".encode()))
-
-
 def test_a_reset_metrics_scrape_does_not_stop_the_mount(
     cluster: MiniDfs, mount: Callable[..., Mount], data_dir: str,
 ) -> None:
@@ -434,21 +304,3 @@ def test_a_reset_metrics_scrape_does_not_stop_the_mount(
     assert open(m.path(f"{data_dir}/still-served"), "rb").read() == data
 
 
-@given(st.lists(st.integers(1, 3000), min_size=1, max_size=40), st.randoms(use_true_random=False))
-def test_blockmap_takes_windows_in_any_order(lengths: list[int], rnd: random.Random) -> None:
-    """Only the last block of a file being written can be empty, so blocks here hold a byte at least."""
-    from hdfsfuse.client.blockmap import BlockMap
-    from hdfsfuse.proto import hdfs_pb2
-
-    located, offset = [], 0
-    for i, n in enumerate(lengths):
-        b = hdfs_pb2.LocatedBlockProto(offset=offset)
-        b.b.poolId, b.b.blockId, b.b.numBytes = "bp", 1000 + i, n
-        located.append(b)
-        offset += n
-    windows = [located[i : i + 10] for i in range(0, len(located), 10)]
-    rnd.shuffle(windows)
-    m = BlockMap("/f")
-    for w in windows + windows[:1]:  # the last one again: a refresh of known blocks
-        m.merge(w)
-    assert m.starts == [b.offset for b in located] and m.first_gap(0, offset) is None

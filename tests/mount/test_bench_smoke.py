@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_bench_runs_on_tiny_sizes(tmp_path: Path) -> None:

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-import trio
 
 from tests.conftest import edited_conf, random_bytes, wait_until
 from tests.minidfs import MiniDfs
@@ -78,30 +77,6 @@ def test_corrupt_replica_under_privacy_fails_over(secure, mount, tmp_path: Path)
             break
     wait_until(lambda: _stats(m)["bad_block_reports"] >= 1, "the corrupt replica is reported")
     assert _stats(m)["checksum_failures"] >= 1
-
-
-async def test_unknown_encryption_key_is_fetched_again(secure, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """A DataNode that no longer knows the data-encryption key (expired, or its block key
-    rolled) answers ERROR_UNKNOWN_KEY: the client fetches a new key and the read goes on."""
-    from hdfsfuse.client import ClientOptions, HdfsClient
-    from hdfsfuse.security.credentials import SecurityOptions
-
-    cluster = secure(data_transfer_protection="privacy", encrypt_data_transfer=True)
-    data = cluster.put_bytes(random_bytes(200_000, seed=4), "/key/f")
-    k = cluster.kerberos
-    monkeypatch.setenv("KRB5_CONFIG", k["krb5_conf"])
-    monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path}/none")
-    sec = SecurityOptions(keytab=k["client_keytab"], principal=k["client_principal"])
-    async with HdfsClient.connect(cluster.uri, conf_dir=cluster.conf_dir, options=ClientOptions(security=sec)) as c:
-        f = await c.open("/key/f")
-        assert bytes(await c.read_range(f, 0, 1000)) == data[:1000]
-        assert c.stats.encryption_key_fetches == 1
-        assert f.dn_security is not None and f.dn_security._key is not None
-        f.dn_security._key.keyId ^= 0x5A5A5A5A  # a key id the DataNodes never issued
-        c.pool.close()  # the next read needs a new connection, hence a handshake
-        assert bytes(await c.read_range(f, 5000, 1000)) == data[5000:6000]
-        assert c.stats.encryption_key_fetches == 2
-        await trio.lowlevel.checkpoint()
 
 
 def test_protection_mismatch_is_one_clear_line(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -9,8 +9,8 @@ import pytest
 import trio
 
 from hdfsfuse import errors
-from hdfsfuse.conf.hadoop import NameNodeTarget, resolve_uri
-from hdfsfuse.namenode.client import FileStatus, NameNodeClient, resolve_user
+from hdfsfuse.conf.hadoop import resolve_uri
+from hdfsfuse.namenode.client import FileStatus, NameNodeClient
 from hdfsfuse.proto import hdfs_pb2
 from tests.conftest import random_bytes, wait_fully_replicated
 from tests.minidfs import MiniDfs
@@ -40,16 +40,6 @@ def assert_matches_java(ours: FileStatus, java: dict[str, object]) -> None:
     assert ours.modification_time == java["mtime"] and ours.access_time == java["atime"]
     assert ours.block_replication == java["replication"] and ours.blocksize == java["block_size"]
     assert ours.fileId == java["file_id"]
-
-
-def test_user_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HADOOP_USER_NAME", "envuser")
-    assert resolve_user("explicit") == "explicit"
-    assert resolve_user() == "envuser"
-    monkeypatch.delenv("HADOOP_USER_NAME")
-    import getpass
-
-    assert resolve_user() == getpass.getuser()
 
 
 async def test_get_file_info_matches_java_stat(cluster: MiniDfs, data_dir: str) -> None:
@@ -194,17 +184,6 @@ async def test_ha_calls_survive_failover(ha_cluster: MiniDfs) -> None:
             assert nn.active_address != active
             assert nn.active_address == ha_cluster.active_namenode()
         assert nn.failovers >= 3
-
-
-async def test_unreachable_namenode_names_what_was_tried() -> None:
-    listener = trio.socket.socket()
-    await listener.bind(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    listener.close()  # nothing listens there now
-    target = NameNodeTarget("dead", (("127.0.0.1", port),), "/")
-    async with NameNodeClient.open(target, total_timeout=1.0) as nn:
-        with pytest.raises(errors.NameNodeUnavailable, match=f"127.0.0.1:{port}"):
-            await nn.get_file_info("/")
 
 
 async def test_an_evicted_identity_still_serves_what_it_opened(cluster: MiniDfs,

@@ -31,11 +31,6 @@ def _roles(mount) -> dict[str, int]:  # type: ignore[no-untyped-def]
     return dict(json.loads(os.getxattr(mount.dir, "user.hdfsfuse.stats"))["namenode_rpcs_by_role"])
 
 
-def test_the_harness_has_an_active_a_standby_and_an_observer(observer_cluster: MiniDfs) -> None:
-    assert [nn["state"] for nn in observer_cluster.ready["namenodes"]] == ["active", "standby", "observer"]
-    assert observer_cluster.ready["observer"] is True
-
-
 def test_ls_of_a_big_directory_asks_only_the_observer(observer_cluster: MiniDfs, mount) -> None:  # type: ignore[no-untyped-def]
     c = observer_cluster
     c.touch_many("/big", ENTRIES)  # empty files: no block to write
