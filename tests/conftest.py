@@ -18,7 +18,6 @@ import pytest
 
 from tests.minidfs import ClusterOptions, MiniDfs
 
-
 _TIER_MARKERS = {"cluster": ("cluster",), "mount": ("cluster", "fuse")}
 
 
