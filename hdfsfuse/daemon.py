@@ -215,9 +215,8 @@ async def run_mount(
                     log.info("mounted %s at %s", source, mountpoint)
                     ready()
                     # One idle reader task: each request otherwise passes pyfuse3's read lock
-                    # through every idle task (measured: 4 idle tasks cost about 20 us per
-                    # request). Busy tasks still start others, up to 256, so concurrent
-                    # requests run concurrently.
+                    # through every idle task. Busy tasks still start others, up to 256, so
+                    # concurrent requests run concurrently.
                     try:
                         await pyfuse3.main(min_tasks=1, max_tasks=256)
                     finally:

@@ -3,12 +3,9 @@
 Every read lands in a fresh bytearray of its length: a block piece, a striped group's output, a
 readahead chunk. glibc serves allocations above its mmap threshold (128 KiB at first, moving up
 to the largest block freed) with a new anonymous mapping each time, and the kernel zero-fills
-every 4 KiB page of it on first touch: measured here, about 0.5 ms of CPU per MB read, as much
-as the packet parsing and checksum verification of that MB together. With a fixed 32 MiB
-threshold (glibc's maximum) and a 128 MiB trim threshold, a freed buffer stays in the heap and
-the next read reuses its pages:
-
-    sequential read of a 96 MiB RS-3-2 file, library:  1.99 -> 1.03 ms CPU per MB, 413 -> 715 MB/s
+every 4 KiB page of it on first touch: as much CPU as the packet parsing and checksum
+verification of the same bytes together. With a fixed 32 MiB threshold (glibc's maximum) and a
+128 MiB trim threshold, a freed buffer stays in the heap and the next read reuses its pages.
 
 The price is memory: the heap keeps up to 128 MiB that reads freed, beyond what is in use.
 The mount calls this at start; a program using the library may call it too.
@@ -16,9 +13,6 @@ The mount calls this at start; a program using the library may call it too.
 `read_buffer(n)` is such a buffer without the n zeros `bytearray(n)` writes first: for a
 buffer that a read fills entirely before anyone sees it (a READ_BLOCK parser's output: done
 only once packets covered every byte; a striped group's, covered by its units' spans).
-
-    sequential read of a 96 MiB RS-3-2 file through the mount: the group buffer's zeros
-    were 9% of the daemon's busy samples (py-spy)
 """
 
 from __future__ import annotations

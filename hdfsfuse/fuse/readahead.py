@@ -91,17 +91,7 @@ def prefetch_pieces(offset: int, length: int, piece: int = PIECE) -> list[tuple[
     4 ms of the DataNode's CPU and 1 ms of the daemon's), and pooled ones last only the
     DataNode's 4 s keepalive, so a sequential read after a pause opens them all again.
 
-    Measured (cold sequential reads through the mount in 1 MiB reads, medians of interleaved
-    rounds in one run, the 16 MiB cap): 8 MiB pieces against 4 MiB read a 512 MiB file over
-    TCP from three DataNodes at 529 against 511 MB/s (1.04x) and from short-circuit replicas
-    at 750 against 714 (1.05x); a 64 MiB file from one DataNode with an idle pool, under
-    AES/CTR privacy, at 331 against 281 (1.18x, higher in each of 6 rounds: 4 handshakes per
-    read against 5.5, the DataNode's CPU 2.46 against 2.98 ms per MB), and plain at 405
-    against 380; a second such run, 295 against 258 under AES and 355 against 358 plain.
-    (Handing a piece's verified bytes to the reader as they land, as an erasure-coded
-    window's are, was tried on top and gave nothing measurable there: 282 under AES.)
-    Against 2 MiB pieces under an 8 MiB cap, four in flight, 4 MiB pieces had read 717
-    against 644 MB/s over TCP.
+    The piece size is measured in docs/performance.md (readahead pieces).
     """
     out = []
     end = offset + length
@@ -116,11 +106,6 @@ def max_window(readahead_max: int, data_units: int, budget: int) -> int:
     """A file's readahead cap: `readahead_max`, times the data units an erasure-coded file's
     reads fan out over (each unit's DataNode then gets as long a read as a replicated file's
     one DataNode), never more than the whole budget. 0 stays 0 (readahead off).
-
-    Measured (RS-3-2-1024k, 384 MiB read sequentially through the mount, medians of 6
-    interleaved rounds): 642 MB/s with a 4 MiB window, 701 with 12 MiB, 757 with 18 MiB,
-    against Java's stream read at 697. With the 16 MiB default (48 MiB for RS-3-2), a 512 MiB
-    file read 685 against 650 MB/s under the former 8 MiB (1.05x, medians of 8 rounds).
     """
     return min(readahead_max * max(1, data_units), budget)
 

@@ -46,11 +46,8 @@ def shorten_switch_interval() -> None:
     A worker that wants the GIL back while the trio loop holds it waits for the loop's next
     blocking call, or for the interpreter's switch interval (5 ms by default). A large local
     read takes the GIL several times (each pread, the check, the hand-back), so those waits
-    added up: in a trace of a cold sequential short-circuit read, a 3 MiB read took 6.5 ms
-    (median), 3.95 ms with 0.5 ms. The bench's W3 referee on a short-circuit cluster (1 GiB,
-    five interleaved rounds, two mounts): 471 MB/s and 2.60 ms of CPU per MiB with the default,
-    556 MB/s and 2.32 ms with 0.5 ms. Block-cache reads moved within their spread (534 and 525).
-    With one thread running (no worker busy) the interval changes nothing. For the daemon,
+    added up (docs/performance.md has the trace and the bench figures). With one thread running
+    (no worker busy) the interval changes nothing. For the daemon,
     whose process this is; a library user keeps their own setting.
     """
     sys.setswitchinterval(SWITCH_INTERVAL)

@@ -132,9 +132,7 @@ class ShortCircuitReads:
                 # A small read waits for its chunks and checksums through io_uring. A large one
                 # is a sequential reader's (the mount's readahead pieces): it reads through an
                 # O_DIRECT open of the block file straight into its own buffer (no copy out of the
-                # page cache, whose cost swung with the machine's memory: 640 MB/s buffered against
-                # 949 direct, 1 GiB cold, five rounds), through io_uring too (798 -> 907 MB/s
-                # against a worker thread, four rounds). Without io_uring, both go to the threads.
+                # page cache), through io_uring too. Without io_uring, both go to the threads.
                 if length > DIRECT_MIN:
                     replica.open_direct()
                 data = None

@@ -3,11 +3,9 @@
 A cold 4 KiB read of a cached block or a local replica must wait for the disk. Handed to a worker
 thread, it pays for two wake-ups besides the disk's: the worker's, and the loop's when the worker
 hands the bytes back. On a virtual machine a sleeping CPU takes tens of microseconds to wake, so
-the hand-over cost more than the disk (this machine, cold random 4 KiB reads of a 1 GiB file from
-a trio loop: 225-267 us each through a worker thread, 118-137 us through the ring). A large
-O_DIRECT read of a local replica (`pread_into`, an aligned buffer) saves the hand-over and the
-worker's wait for the GIL: the mount's sequential short-circuit read went from 798 to 907 MB/s
-(1 GiB cold, four interleaved rounds) with 16% less of the daemon's CPU. Here the kernel reads
+the hand-over cost more than the disk (docs/performance.md has the figures). A large O_DIRECT
+read of a local replica (`pread_into`, an aligned buffer) saves the hand-over and the worker's
+wait for the GIL too. Here the kernel reads
 into the buffers itself, and one eventfd wakes the loop:
 
     reader task                       reaper task (serve)                 kernel

@@ -42,6 +42,7 @@ def assert_matches_java(ours: FileStatus, java: dict[str, object]) -> None:
     assert ours.fileId == java["file_id"]
 
 
+@pytest.mark.compat
 async def test_get_file_info_matches_java_stat(cluster: MiniDfs, data_dir: str) -> None:
     cluster.put_bytes(random_bytes(1_234_567, seed=10), f"{data_dir}/file")
     cluster.mkdir(f"{data_dir}/dir", mode="705")
@@ -172,6 +173,7 @@ async def test_reconnects_after_namenode_restart(fresh_cluster) -> None:  # type
         assert nn.connects == 2
 
 
+@pytest.mark.compat
 async def test_ha_calls_survive_failover(ha_cluster: MiniDfs) -> None:
     ha_cluster.put_bytes(b"ha data", "/ha-nn")
     async with open_nn(ha_cluster) as nn:

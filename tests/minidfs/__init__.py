@@ -15,6 +15,7 @@ import fcntl
 import itertools
 import json
 import os
+import re
 import selectors
 import shutil
 import subprocess
@@ -44,14 +45,35 @@ def _java() -> str:
     return "java"
 
 
-def ensure_built(router: bool = False) -> str:
+DEFAULT_HADOOP_VERSION = "3.5.0"  # the launcher's pom.xml
+ROUTER_HADOOP_VERSION = "3.4.2"  # Maven serves hadoop-hdfs-rbf only up to this release
+HADOOP_VERSION_ENV = "HDFSFUSE_HADOOP_VERSION"  # every cluster of a test run on this release
+_VERSION = re.compile(r"\d+\.\d+\.\d+")
+
+
+def default_hadoop_version() -> str | None:
+    """The release clusters run unless they name one: $HDFSFUSE_HADOOP_VERSION, else the pom's."""
+    return os.environ.get(HADOOP_VERSION_ENV) or None
+
+
+def ensure_built(router: bool = False, hadoop_version: str | None = None) -> str:
     """Build the launcher if its sources changed; return the java classpath.
 
     `router`: the second build, on Hadoop 3.4.2 with Router-based federation (Maven profile
     "router", in target-router/), for --router clusters; Maven serves hadoop-hdfs-rbf only up to
-    3.4.2, and one JVM never mixes 3.4 and 3.5 jars.
+    3.4.2, and one JVM never mixes 3.4 and 3.5 jars. `hadoop_version`: the launcher built against
+    that Hadoop release instead of the pom's, in target-hadoop-VERSION/ (each build kept).
     """
-    target = LAUNCHER_DIR / ("target-router" if router else "target")
+    if hadoop_version is not None and not _VERSION.fullmatch(hadoop_version):
+        raise MiniDfsError(f"--hadoop-version {hadoop_version!r}: a release number such as 3.3.6")
+    if hadoop_version == DEFAULT_HADOOP_VERSION or (router and hadoop_version == ROUTER_HADOOP_VERSION):
+        hadoop_version = None
+    if router and hadoop_version is not None:
+        raise MiniDfsError(f"--router clusters run Hadoop {ROUTER_HADOOP_VERSION} (hadoop-hdfs-rbf); "
+                           f"--hadoop-version {hadoop_version} does not apply")
+    name = "target-router" if router else f"target-hadoop-{hadoop_version}" if hadoop_version else "target"
+    target = LAUNCHER_DIR / name
+    version_args = [f"-Dhadoop.version={hadoop_version}", f"-Dlauncher.build.dir={target}"] if hadoop_version else []
     classes, classpath_file = target / "classes", target / "classpath.txt"
     lock_path = LAUNCHER_DIR / ".build.lock"
     with open(lock_path, "w") as lock:
@@ -67,13 +89,15 @@ def ensure_built(router: bool = False) -> str:
         if not fresh:
             cmd = [
                 "mvn", "-B", "-q", "-f", str(LAUNCHER_DIR / "pom.xml"), *(["-P", "router"] if router else []),
+                *version_args,
                 "compile", "dependency:build-classpath",
                 f"-Dmdep.outputFile={classpath_file}",
             ]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
+                on = f" on Hadoop {hadoop_version}" if hadoop_version else ""
                 raise MiniDfsError(
-                    "building the MiniDFS launcher failed:\n" + proc.stdout[-4000:] + proc.stderr[-4000:]
+                    f"building the MiniDFS launcher{on} failed:\n" + proc.stdout[-4000:] + proc.stderr[-4000:]
                 )
             main_class.touch()
             classpath_file.touch()
@@ -168,6 +192,9 @@ class ClusterOptions:
     federation: int = 0
     # A Router-based federation front over two subclusters ns0 and ns1 (the Hadoop 3.4.2 build).
     router: bool = False
+    # The Hadoop release the cluster runs (the launcher is built against it once, and kept);
+    # None: $HDFSFUSE_HADOOP_VERSION, else the pom's (3.5.0).
+    hadoop_version: str | None = dataclasses.field(default_factory=default_hadoop_version)
 
     def argv(self) -> list[str]:
         args = [
@@ -215,7 +242,8 @@ class MiniDfs:
     # ----- lifecycle -------------------------------------------------------------------------
 
     def start(self, timeout: float = 180.0) -> MiniDfs:
-        classpath = ensure_built(router=self.options.router)
+        classpath = ensure_built(router=self.options.router,
+                                 hadoop_version=None if self.options.router else self.options.hadoop_version)
         self._base_dir = Path(tempfile.mkdtemp(prefix="hdfsfuse-minidfs-"))
         self.log_path = self._base_dir / "launcher.log"
         # A per-cluster classpath directory: a secure cluster's ssl-client.xml / ssl-server.xml.

@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
-from tests.minidfs import ClusterOptions, MiniDfs, MiniDfsError
+from tests.minidfs import (
+    DEFAULT_HADOOP_VERSION,
+    HADOOP_VERSION_ENV,
+    ClusterOptions,
+    MiniDfs,
+    MiniDfsError,
+    default_hadoop_version,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> ClusterOptions:
@@ -47,7 +55,14 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
                    help="N nameservices ns0..ns(N-1) (2 to 4), each an HA pair with --ha")
     p.add_argument("--router", action="store_true",
                    help="a Router-based federation front over two subclusters (the launcher's Hadoop 3.4.2 build)")
+    p.add_argument("--hadoop-version", metavar="X.Y.Z", default=None,
+                   help="run this Hadoop release (the launcher is built against it once, with Maven, and kept); "
+                        f"default ${HADOOP_VERSION_ENV}, else {DEFAULT_HADOOP_VERSION}")
     a = p.parse_args(argv)
+    if a.hadoop_version and not re.fullmatch(r"\d+\.\d+\.\d+", a.hadoop_version):
+        p.error(f"--hadoop-version {a.hadoop_version!r}: a release number such as 3.3.6")
+    if a.hadoop_version and a.router and a.hadoop_version != "3.4.2":
+        p.error("--router clusters run Hadoop 3.4.2 (the release that has hadoop-hdfs-rbf)")
     if a.federation and not 2 <= a.federation <= 4:
         p.error("--federation takes 2 to 4 nameservices")
     if (a.federation or a.router) and (a.observer or a.kerberos):
@@ -68,6 +83,7 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
         ticket_lifetime=a.ticket_lifetime, proxy_user=a.proxy_user, io_file_buffer_size=a.io_file_buffer_size,
         crypto_buffer_size=a.crypto_buffer_size,
         short_circuit=a.short_circuit, federation=a.federation or (2 if a.router else 0), router=a.router,
+        hadoop_version=a.hadoop_version or default_hadoop_version(),
     )
 
 

@@ -91,6 +91,7 @@ def rs32() -> Iterator[tuple[MiniDfs, dict[str, bytes]]]:
         yield c, files
 
 
+@pytest.mark.compat
 def test_healthy_reads_are_exact_on_the_wire(rs32, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     c, files = rs32
     m = mount(c, "direct_io")
@@ -144,6 +145,7 @@ def test_ec_policy_and_indices_show_as_xattrs(rs32, mount) -> None:  # type: ign
     assert os.stat(m.path("/ec/odd")).st_size == len(rs32[1]["/ec/odd"])
 
 
+@pytest.mark.compat
 def test_every_single_unit_failure_decodes(rs32, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     c, files = rs32
     m = mount(c, "direct_io", FAST)

@@ -56,6 +56,7 @@ def _no_ticket_env(tmp_path: Path) -> dict[str, str]:
 # ----- credentials ------------------------------------------------------------------------------
 
 
+@pytest.mark.compat
 def test_keytab_mount_reads_exact_bytes_as_the_principal(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster = secure(proxy_user="hfuse")
     data = _put(cluster, "/kt/data", 3 * MiB + 123, seed=1)
@@ -81,6 +82,7 @@ def test_ticket_cache_mount_made_by_kinit(secure, mount, tmp_path: Path) -> None
     assert Path(m.path("/cc/data")).read_bytes() == data
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("how", ["option", "environment"])
 def test_delegation_token_file_mount(secure, mount, tmp_path: Path, how: str) -> None:  # type: ignore[no-untyped-def]
     cluster = secure(proxy_user="hfuse")

@@ -30,6 +30,7 @@ def local_copy(data: bytes) -> str:
     return f.name
 
 
+@pytest.mark.compat
 def test_cat_multi_block_file_matches_source(cluster: MiniDfs, shared_mount: Mount, data_dir: str) -> None:
     data = random_bytes(5 * MiB + 777, seed=40)
     src = local_copy(data)
@@ -41,6 +42,7 @@ def test_cat_multi_block_file_matches_source(cluster: MiniDfs, shared_mount: Mou
     os.unlink(out)
 
 
+@pytest.mark.compat
 def test_dd_random_4k_blocks(cluster: MiniDfs, shared_mount: Mount, data_dir: str) -> None:
     data = cluster.put_bytes(random_bytes(3 * MiB, seed=41), f"{data_dir}/dd")
     rnd = random.Random(42)
@@ -86,6 +88,7 @@ def test_ls_l_of_a_large_directory_matches_java(cluster: MiniDfs, shared_mount: 
     assert sorted(os.listdir(shared_mount.path(f"{data_dir}/many"))) == [j["name"] for j in java]
 
 
+@pytest.mark.compat
 def test_stat_matches_java(cluster: MiniDfs, shared_mount: Mount, data_dir: str) -> None:
     cluster.put_bytes(random_bytes(12345, seed=46), f"{data_dir}/s")
     cluster.mkdir(f"{data_dir}/sub", mode="750")
@@ -157,6 +160,7 @@ def test_concurrent_readers(cluster: MiniDfs, shared_mount: Mount, data_dir: str
     assert errors == []
 
 
+@pytest.mark.compat
 def test_random_4k_reads_stay_exact_on_the_wire(cluster: MiniDfs, mount, data_dir: str) -> None:  # type: ignore[no-untyped-def]
     data = cluster.put_bytes(random_bytes(32 * MiB, seed=60), f"{data_dir}/rand")
     m = mount(cluster)
@@ -223,6 +227,7 @@ def test_page_cache_kept_while_unchanged_and_dropped_on_change(cluster: MiniDfs,
     assert os.stat(m.path(f"{data_dir}/pc")).st_ino == ino
 
 
+@pytest.mark.compat
 def test_file_being_written_can_be_tailed(cluster: MiniDfs, shared_mount: Mount, data_dir: str) -> None:
     path = f"{data_dir}/uc"
     part1, part2 = random_bytes(300_000, seed=66), random_bytes(100_000, seed=67)

@@ -12,14 +12,12 @@ memory (RWF_NOWAIT: it cannot wait for a disk). A RWF_NOWAIT read that misses st
 read. When the mount has no other read waiting (`poll`), `read_now` then tries again and again,
 inline, until the bytes have landed, for at most POLL_NS: the loop has nothing else to do, and
 the disk's interrupt unlocks the page with no thread to wake, where a reader parked in epoll
-must be woken, and on a virtual machine waking a halted CPU costs tens of microseconds. Cold
-cached 4 KiB reads through the mount, ten interleaved A/B rounds: 5,230 against 4,634 reads/s
-(1.13x) for polling through io_uring's completion queue instead, which had beaten parking in
-epoll (4,884 against 4,129, 1.18x). A lookup that takes longer goes the usual way.
+must be woken, and on a virtual machine waking a halted CPU costs tens of microseconds. A
+lookup that takes longer goes the usual way.
 
 Otherwise a `read_now` whose bytes are only on disk has asked the kernel to read them in;
-`read`, reached after the caller's awaits, tries memory once more, and found them there in
-41-92% of cold lookups (seven rounds on this machine's disk). The rest wait for the disk through
+`read`, reached after the caller's awaits, tries memory once more, and often finds them there.
+The rest wait for the disk through
 io_uring, the flags, checksums and data read at once (hdfsfuse.local.uring: no thread hop; a large
 lookup's data with O_DIRECT), or, where the kernel has no io_uring, in worker threads, as do
 lookups that must open a block's files. Stores that fall behind are dropped, not queued without

@@ -442,6 +442,7 @@ public final class Main {
   private ObjectNode readyLine(File confDir) {
     ObjectNode r = JSON.createObjectNode();
     r.put("ready", true);
+    r.put("hadoop_version", org.apache.hadoop.util.VersionInfo.getVersion());
     r.put("uri", fsUri());
     r.put("ha", opts.ha);
     r.put("observer", opts.observer);
