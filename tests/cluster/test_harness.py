@@ -148,3 +148,17 @@ def test_standalone_runner_passes_commands_through() -> None:
     assert lines[1]["exists"] is True and lines[1]["type"] == "dir"
     assert "unknown command" in lines[2]["error"]
     assert len(lines) == 3
+
+
+def test_hadoop_version_runs_that_release() -> None:
+    """The launcher built against 3.3.6 (kept in its own folder) starts a 3.3.6 cluster."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.minidfs", "--hadoop-version", "3.3.6", "--datanodes", "1"],
+        input='{"cmd": "mkdir", "path": "/d"}\n{"cmd": "stat", "path": "/d"}\n',
+        capture_output=True, text=True, cwd=REPO, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ready, _, stat = (json.loads(x) for x in proc.stdout.splitlines())
+    assert ready["hadoop_version"] == "3.3.6"
+    assert stat["type"] == "dir"
+    assert (REPO / "tests" / "minidfs" / "target-hadoop-3.3.6" / "classpath.txt").is_file()

@@ -283,6 +283,10 @@ class MiniDfs:
         if not ready.get("ready"):
             self.stop()
             raise MiniDfsError(f"MiniDFS failed to start: {ready.get('error')}\n{self.log_tail()}")
+        wanted = ROUTER_HADOOP_VERSION if self.options.router else self.options.hadoop_version
+        if wanted and ready.get("hadoop_version") != wanted:
+            self.stop()
+            raise MiniDfsError(f"asked for Hadoop {wanted}, the cluster runs {ready.get('hadoop_version')}")
         self.ready = ready
         return self
 
