@@ -94,7 +94,7 @@ class Checksum:
             else:
                 self._func = crc32c
         self._bulk = chunked_crc if native and kind != CHECKSUM_NULL else None  # one call for every chunk
-        self.native = native and chunked_crc is not None  # the extension verifies (localio reads with it too)
+        self.native = native and chunked_crc is not None  # the extension verifies (verified_io reads with it too)
 
     @staticmethod
     @functools.cache

@@ -4,7 +4,7 @@ Does I/O: NameNode RPCs, and cache notifications to the kernel (from a worker th
 block on a request in flight for the same directory). A trio task owned by the mount's nursery:
 
     getCurrentEditLogTxid                      once: where the stream starts (superuser only)
-    every POLL seconds: getEditsFromTxid(next) -> inotify_events.changes()
+    every POLL seconds: getEditsFromTxid(next) -> namenode.inotify.changes()
         a name appeared or went   -> the parent's kernel entry for it, and our negative cache
         a file's bytes changed    -> its kernel attributes and pages
         attributes changed        -> its kernel attributes

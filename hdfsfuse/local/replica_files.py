@@ -56,7 +56,7 @@ class LocalReplica:
         return self.segment.valid(self.slot)
 
     def read(self, offset: int, length: int, what: str, *, nowait: bool = False) -> bytes | bytearray:
-        """[offset, offset+length) of the block, every chunk verified (localio.read_verified);
+        """[offset, offset+length) of the block, every chunk verified (verified_io.read_verified);
         a large read through the O_DIRECT open, once `open_direct` made one."""
         if length > DIRECT_MIN and self.direct_fd >= 0 and not nowait:
             return read_verified_direct(self.direct_fd, self.data_fd, 0, self.meta_fd, scp.META_HEADER.size,
@@ -111,7 +111,7 @@ class LocalReplica:
             self.direct_fd = open_direct(self.data_fd)
 
     def read_in(self, offset: int, length: int) -> None:
-        """Start the disk reads of `read` without waiting (see localio.read_in)."""
+        """Start the disk reads of `read` without waiting (see verified_io.read_in)."""
         read_in(self.data_fd, 0, self.meta_fd, scp.META_HEADER.size, self.checksum, self.length, offset, length)
 
     def close_files(self) -> None:

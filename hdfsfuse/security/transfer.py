@@ -1,6 +1,6 @@
 """Which DataNode connections negotiate SASL, and with what credentials.
 
-Owns the decision for each new DataNode connection (`dtp_sasl.handshake_kind`, from the client
+Owns the decision for each new DataNode connection (`transfer_sasl.handshake_kind`, from the client
 configuration and the NameNode's server defaults) and the data-encryption key for
 dfs.encrypt.data.transfer: fetched from the NameNode (getDataEncryptionKey) once, kept until
 shortly before it expires (`renewal_time`), and dropped when a DataNode no longer knows it.

@@ -190,12 +190,12 @@ async def test_ha_calls_survive_failover(ha_cluster: MiniDfs) -> None:
 
 async def test_an_evicted_identity_still_serves_what_it_opened(cluster: MiniDfs,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from hdfsfuse.fuse import callers as identity
+    from hdfsfuse.fuse import callers
     from hdfsfuse.security.credentials import Credentials
 
-    monkeypatch.setattr(identity, "MAX_IDENTITIES", 1)
+    monkeypatch.setattr(callers, "MAX_IDENTITIES", 1)
     async with open_nn(cluster) as mount_nn, trio.open_nursery() as nursery:
-        ids = identity.Identities("caller", mount_nn, Credentials(mount_nn.target.settings, "root"), nursery)
+        ids = callers.Identities("caller", mount_nn, Credentials(mount_nn.target.settings, "root"), nursery)
         as_root = ids.namenode(0, None)  # an open file keeps the client it was opened with
         assert await as_root.get_file_info("/") is not None
         assert ids.namenode(65534, None) is not as_root  # a second caller pushes root's identity out

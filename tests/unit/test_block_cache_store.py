@@ -430,7 +430,7 @@ async def test_an_inline_lookup_may_poll_the_disk_for_cold_bytes_and_still_verif
     import trio
     import trio.testing
 
-    from hdfsfuse.local.blockcache import reads as cached_reads
+    from hdfsfuse.local.blockcache import reads
     from hdfsfuse.local.blockcache.reads import CachedReads
     from hdfsfuse.local.io_threads import LocalIoThreads
     from hdfsfuse.local.verified_io import WouldBlock
@@ -439,7 +439,7 @@ async def test_an_inline_lookup_may_poll_the_disk_for_cold_bytes_and_still_verif
 
     # The mount polls for 250 us, about five cold reads of this VM's disk, and then goes the
     # usual way; the disk is sometimes slower than that. Poll long enough that it always lands.
-    monkeypatch.setattr(cached_reads, "POLL_NS", 5_000_000_000)
+    monkeypatch.setattr(reads, "POLL_NS", 5_000_000_000)
 
     cache = _cache(tmp_path)
     stats = Stats()

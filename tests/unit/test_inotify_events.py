@@ -9,7 +9,7 @@ import trio
 from hdfsfuse.errors import AccessDenied, NameNodeUnavailable, ProtocolError
 from hdfsfuse.fuse.inodes import ROOT_INODE, InodeTable
 from hdfsfuse.fuse.invalidation import LiveInvalidation, notices
-from hdfsfuse.namenode import inotify as inotify_events
+from hdfsfuse.namenode import inotify
 from hdfsfuse.namenode.inotify import Change
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.stats import Stats
@@ -36,23 +36,23 @@ def test_each_event_type_names_what_changed() -> None:
             _event(E.EVENT_UNLINK, E.UnlinkEventProto(path="/g", timestamp=1)),
         ]),
     ])
-    assert inotify_events.changes(events) == [
+    assert inotify.changes(events) == [
         Change("/a", name_changed=True), Change("/a", data_changed=True), Change("/b", data_changed=True),
         Change("/c", data_changed=True), Change("/d", name_changed=True), Change("/e/d", name_changed=True),
         Change("/f"), Change("/g", name_changed=True),
     ]
-    assert inotify_events.next_txid(events, 5) == 12
+    assert inotify.next_txid(events, 5) == 12
 
 
 def test_the_wire_layout_of_an_event() -> None:
     # EventProto {1: type EVENT_UNLINK (5), 2: contents UnlinkEventProto {1: path "/x", 2: timestamp 7}}
     raw = b"\x08\x05\x12\x06" + b"\x0a\x02/x\x10\x07"
-    assert inotify_events.changes(E.EventsListProto(events=[E.EventProto.FromString(raw)])) == [
+    assert inotify.changes(E.EventsListProto(events=[E.EventProto.FromString(raw)])) == [
         Change("/x", name_changed=True)]
 
 
 def test_no_new_edits_asks_for_the_same_txid_again() -> None:
-    assert inotify_events.next_txid(E.EventsListProto(firstTxid=-1, lastTxid=-1, syncTxid=40), 41) == 41
+    assert inotify.next_txid(E.EventsListProto(firstTxid=-1, lastTxid=-1, syncTxid=40), 41) == 41
 
 
 @pytest.mark.parametrize("event", [
@@ -61,7 +61,7 @@ def test_no_new_edits_asks_for_the_same_txid_again() -> None:
 ])
 def test_events_it_cannot_read_are_protocol_errors(event: hdfs_pb2.EventProto) -> None:
     with pytest.raises(ProtocolError):
-        inotify_events.changes(E.EventsListProto(events=[event]))
+        inotify.changes(E.EventsListProto(events=[event]))
 
 
 def _table() -> InodeTable:

@@ -38,12 +38,12 @@ def test_freed_read_buffers_are_reused_without_page_faults() -> None:
 
 
 def test_read_buffers_are_bytearrays_of_their_size_left_unzeroed() -> None:
-    from hdfsfuse.datanode import buffers as allocator
+    from hdfsfuse.datanode import buffers
     from hdfsfuse.datanode.checksum import chunked_crc
 
-    assert allocator.read_buffer is (bytearray if chunked_crc is None else chunked_crc.buffer)
+    assert buffers.read_buffer is (bytearray if chunked_crc is None else chunked_crc.buffer)
     for n in (0, 1, 4096, 3 << 20):
-        b = allocator.read_buffer(n)
+        b = buffers.read_buffer(n)
         assert type(b) is bytearray and len(b) == n
         b[-1:] = b"x"  # resizable and writable like any bytearray
     if chunked_crc is not None:

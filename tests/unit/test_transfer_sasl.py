@@ -12,9 +12,7 @@ from hypothesis import strategies as st
 
 from hdfsfuse.errors import HdfsError, InvalidBlockToken, ProtocolError
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
-from hdfsfuse.security import sasl
-from hdfsfuse.security import transfer as dnsecurity
-from hdfsfuse.security import transfer_sasl as dtp_sasl
+from hdfsfuse.security import sasl, transfer, transfer_sasl
 from hdfsfuse.wire import delimited, read_delimited
 
 Message = datatransfer_pb2.DataTransferEncryptorMessageProto
@@ -33,7 +31,7 @@ def test_data_encryption_key_renewal_time(lifetime: float, renewed_before_expiry
     fetched_at = 1_700_000_000.0
     expiry_ms = int((fetched_at + lifetime) * 1000)
     # Seconds after the fetch (an approx of epoch seconds would allow some 1,700 s of slack).
-    after_fetch = dnsecurity.renewal_time(fetched_at, expiry_ms) - fetched_at
+    after_fetch = transfer.renewal_time(fetched_at, expiry_ms) - fetched_at
     assert after_fetch == pytest.approx(lifetime - renewed_before_expiry, abs=1e-3)
 
 
@@ -47,19 +45,20 @@ def test_data_encryption_key_renewal_time(lifetime: float, renewed_before_expiry
     (True, False, "  ", 50010, ""),  # empty counts as unset, as in Java
 ])
 def test_when_to_negotiate(kerberos: bool, encrypt: bool, protection: str, port: int, kind: str) -> None:
-    assert dtp_sasl.handshake_kind(kerberos=kerberos, encrypt=encrypt, protection=protection, xfer_port=port) == kind
+    got = transfer_sasl.handshake_kind(kerberos=kerberos, encrypt=encrypt, protection=protection, xfer_port=port)
+    assert got == kind
 
 
 def test_encryption_username_uses_a_signed_key_id() -> None:
     key = hdfs_pb2.DataEncryptionKeyProto(keyId=2**32 - 5, blockPoolId="BP-1", nonce=b"\x01" * 8)
     nonce = base64.b64encode(b"\x01" * 8).decode()
-    assert dtp_sasl.encryption_username(key) == f"-5 BP-1 {nonce}"
+    assert transfer_sasl.encryption_username(key) == f"-5 BP-1 {nonce}"
     key.keyId = 1339729800
-    assert dtp_sasl.encryption_username(key).startswith("1339729800 BP-1 ")
+    assert transfer_sasl.encryption_username(key).startswith("1339729800 BP-1 ")
 
 
-def _general(protection: str = "privacy", suites: str = "") -> dtp_sasl.DataTransferSaslClient:
-    return dtp_sasl.DataTransferSaslClient.general(TOKEN, protection, suites, "127.0.0.1:9866")
+def _general(protection: str = "privacy", suites: str = "") -> transfer_sasl.DataTransferSaslClient:
+    return transfer_sasl.DataTransferSaslClient.general(TOKEN, protection, suites, "127.0.0.1:9866")
 
 
 def _parse(reply: bytes) -> Message:
@@ -98,11 +97,11 @@ def test_messages_may_arrive_in_pieces() -> None:
 
 @pytest.mark.parametrize(("fields", "error", "text"), [
     ({"status": Message.ERROR_UNKNOWN_KEY, "message": "Can't re-compute encryption key"},
-     dtp_sasl.UnknownEncryptionKey, "does not know the data-encryption key"),
+     transfer_sasl.UnknownEncryptionKey, "does not know the data-encryption key"),
     ({"status": Message.ERROR, "accessTokenError": True, "message": "Block token ... is expired."},
      InvalidBlockToken, "refused the block token"),
     ({"status": Message.ERROR, "message": "DIGEST-MD5: digest response format violation."},
-     dtp_sasl.DataTransferSaslError, r"dfs\.data\.transfer\.protection=privacy"),
+     transfer_sasl.DataTransferSaslError, r"dfs\.data\.transfer\.protection=privacy"),
 ])
 def test_refusals_are_typed(fields: dict[str, object], error: type[Exception], text: str) -> None:
     client = _general()
@@ -120,7 +119,7 @@ def test_a_wrong_rspauth_is_refused() -> None:
 def test_qop_the_datanode_does_not_offer_names_the_setting() -> None:
     client = _general("integrity")
     only_privacy = CHALLENGE.replace(b'qop="auth-conf,auth-int,auth"', b'qop="auth-conf"')
-    with pytest.raises(dtp_sasl.DataTransferSaslError,
+    with pytest.raises(transfer_sasl.DataTransferSaslError,
                        match=r"requires protection privacy, but dfs\.data\.transfer\.protection here is integrity"):
         client.receive(_server(status=0, payload=only_privacy))
 
@@ -133,10 +132,10 @@ def test_fuzz_handshake_raises_only_typed_errors(data: bytes) -> None:
         pass
 
 
-def _digest_pair(cipher: str) -> tuple[dtp_sasl.DigestFramedLayer, dtp_sasl.DigestFramedLayer]:
+def _digest_pair(cipher: str) -> tuple[transfer_sasl.DigestFramedLayer, transfer_sasl.DigestFramedLayer]:
     ha1 = bytes(range(16))
-    return (dtp_sasl.DigestFramedLayer(sasl.DigestLayer(ha1, cipher)),
-            dtp_sasl.DigestFramedLayer(sasl.DigestLayer(ha1, cipher, server=True)))
+    return (transfer_sasl.DigestFramedLayer(sasl.DigestLayer(ha1, cipher)),
+            transfer_sasl.DigestFramedLayer(sasl.DigestLayer(ha1, cipher, server=True)))
 
 
 @pytest.mark.parametrize("cipher", ["", "3des", "rc4"])
@@ -152,14 +151,14 @@ def test_digest_frames_survive_any_cut(cipher: str, chunks: list[bytes], cut: in
 def test_a_huge_digest_frame_is_refused() -> None:
     client, _ = _digest_pair("")
     with pytest.raises(ProtocolError, match="exceeds"):
-        client.open(struct.pack(">I", dtp_sasl.MAX_FRAME + 1))
+        client.open(struct.pack(">I", transfer_sasl.MAX_FRAME + 1))
 
 
 @given(st.lists(st.binary(max_size=300), max_size=6))
 def test_aes_ctr_is_one_stream_per_direction(pieces: list[bytes]) -> None:
     k_in, iv_in, k_out, iv_out = b"i" * 16, b"\x00" * 15 + b"\xff", b"o" * 32, b"\xff" * 16  # carries across 2**128
-    client = dtp_sasl.AesCtrLayer(k_in, iv_in, k_out, iv_out)
-    datanode = dtp_sasl.AesCtrLayer(k_out, iv_out, k_in, iv_in)  # the DataNode's view: in and out swapped
+    client = transfer_sasl.AesCtrLayer(k_in, iv_in, k_out, iv_out)
+    datanode = transfer_sasl.AesCtrLayer(k_out, iv_out, k_in, iv_in)  # the DataNode's view: in and out swapped
     sealed = b"".join(client.seal(p) for p in pieces)
     assert datanode.open(sealed) == b"".join(pieces)
     assert client.open(datanode.seal(b"packet")) == b"packet"
@@ -168,8 +167,8 @@ def test_aes_ctr_is_one_stream_per_direction(pieces: list[bytes]) -> None:
 @given(st.lists(st.binary(max_size=300), max_size=6), st.integers(0, 40))
 def test_aes_ctr_opens_into_a_buffer_as_it_opens_into_bytes(pieces: list[bytes], extra: int) -> None:
     keys = b"o" * 32, b"\x00" * 15 + b"\xfe", b"i" * 16, b"\x07" * 16
-    datanode = dtp_sasl.AesCtrLayer(*keys)
-    into, to_bytes = dtp_sasl.AesCtrLayer(*keys[2:], *keys[:2]), dtp_sasl.AesCtrLayer(*keys[2:], *keys[:2])
+    datanode = transfer_sasl.AesCtrLayer(*keys)
+    into, to_bytes = transfer_sasl.AesCtrLayer(*keys[2:], *keys[:2]), transfer_sasl.AesCtrLayer(*keys[2:], *keys[:2])
     for piece in pieces:
         sealed = datanode.seal(piece)
         out = bytearray(b"\xaa" * (len(sealed) + into.open_into_slack + extra))
@@ -181,4 +180,4 @@ def test_aes_ctr_opens_into_a_buffer_as_it_opens_into_bytes(pieces: list[bytes],
 def test_only_a_stream_cipher_layer_opens_into_a_buffer() -> None:
     client, _ = _digest_pair("3des")
     assert client.open_into_slack is None
-    assert dtp_sasl.AesCtrLayer(b"k" * 16, b"\x00" * 16, b"k" * 16, b"\x00" * 16).open_into_slack == 15
+    assert transfer_sasl.AesCtrLayer(b"k" * 16, b"\x00" * 16, b"k" * 16, b"\x00" * 16).open_into_slack == 15

@@ -1,4 +1,4 @@
-"""Verified reads of local block files (localio.read_verified): the C extension's one-call read
+"""Verified reads of local block files (verified_io.read_verified): the C extension's one-call read
 (`read_chunks`: both preads and the check without the GIL, 256 KiB at a time) against the
 Python path, on real files: exact bytes, the first bad chunk named, short files, RWF_NOWAIT; and
 large reads through an O_DIRECT open (`read_verified_direct`): the same answers, no page kept."""
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from hdfsfuse.datanode.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum, chunked_crc
 from hdfsfuse.errors import ChecksumMismatch
-from hdfsfuse.local import verified_io as localio
+from hdfsfuse.local import verified_io
 from hdfsfuse.local.verified_io import ShortRead, WouldBlock, read_verified
 from tests.page_residency import (
     drop_pages,
@@ -65,7 +65,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[int, 
 
 
 def test_the_native_read_is_taken_when_built() -> None:
-    assert localio._read_chunks is not None and localio._READ_PIECE == 256 * 1024
+    assert verified_io._read_chunks is not None and verified_io._READ_PIECE == 256 * 1024
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -145,11 +145,11 @@ def test_bad_arguments_are_refused() -> None:
 
 def _direct(f: Files, offset: int, length: int) -> object:
     """`read_verified_direct`'s bytes, or the error's type and message (as `Files.read`)."""
-    fd = localio.open_direct(f.data_fd)
+    fd = verified_io.open_direct(f.data_fd)
     if fd < 0:
         pytest.skip("this filesystem refuses O_DIRECT")
     try:
-        return bytes(localio.read_verified_direct(fd, f.data_fd, 0, f.sums_fd, HEADER, f.checksum, len(f.block),
+        return bytes(verified_io.read_verified_direct(fd, f.data_fd, 0, f.sums_fd, HEADER, f.checksum, len(f.block),
                                                   offset, length, "blk_1"))
     except (ChecksumMismatch, ShortRead) as e:
         return (type(e).__name__, str(e))
@@ -232,7 +232,7 @@ def test_a_refused_direct_read_is_read_through_the_page_cache(tmp_path: Path,
 
     f = Files(tmp_path, CHECKSUM_CRC32C, 512)
     try:
-        monkeypatch.setattr(localio.os, "preadv", refuse)
+        monkeypatch.setattr(verified_io.os, "preadv", refuse)
         assert _direct(f, 8192, 500_000) == BLOCK[8192:508_192]
     finally:
         f.close()
@@ -241,4 +241,4 @@ def test_a_refused_direct_read_is_read_through_the_page_cache(tmp_path: Path,
 def test_no_direct_open_of_what_is_not_a_file() -> None:
     import socket
     with socket.socket() as s:
-        assert localio.open_direct(s.fileno()) == -1
+        assert verified_io.open_direct(s.fileno()) == -1
