@@ -7,14 +7,19 @@ test gets its tier's marker, so `pytest -m "not fuse"` runs everything but the m
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.mounting import Mount
 
 from tests.minidfs import ClusterOptions, MiniDfs
 
@@ -172,3 +177,102 @@ def edited_conf(cluster: MiniDfs, into: Path, file: str, old: str, new: str) -> 
     assert old in text, f"{old!r} not in {file}"
     site.write_text(text.replace(old, new))
     return conf_dir
+
+
+# ----- shared by the cluster and mount tiers of one topic ---------------------------------------
+
+EC_CELL = 64 * 1024  # the rs32 cluster's cell size
+
+
+def corrupt_every_replica(cluster: MiniDfs, path: str, block_index: int) -> None:
+    """Make one block of `path` unreadable everywhere (all replicas fail their checksums)."""
+    wait_fully_replicated(cluster, path)
+    block = cluster.blocks(path)[block_index]
+    for xfer in block["xfer"]:
+        cluster.corrupt_replica(path, block_index, xfer, offset=0, length=block["length"])
+
+
+def view_conf(cluster: MiniDfs, into: Path, entries: dict[str, str]) -> str:
+    """The cluster's client configuration plus viewfs mount-table entries in core-site.xml."""
+    conf_dir = into / "conf"
+    shutil.copytree(cluster.conf_dir, conf_dir, dirs_exist_ok=True)
+    site = conf_dir / "core-site.xml"
+    props = "".join(f"<property><name>{k}</name><value>{v}</value></property>" for k, v in entries.items())
+    site.write_text(site.read_text().replace("</configuration>", props + "</configuration>"))
+    return str(conf_dir)
+
+
+def keytab_options(cluster: MiniDfs, name: str = "alice") -> list[str]:
+    k = cluster.kerberos
+    if name == "alice":
+        return [f"keytab={k['client_keytab']}", f"principal={k['client_principal']}"]
+    made = cluster.command("add_principal", name=name)
+    return [f"keytab={made['keytab']}", f"principal={made['principal']}"]
+
+
+def kinit(cluster: MiniDfs, ccache: str, *, lifetime: str | None = None, user: str | None = None,
+           principal: str | None = None, keytab: str | None = None, krb5_conf: str | None = None) -> None:
+    k = cluster.kerberos
+    argv = ["kinit", *(["-l", lifetime] if lifetime else []), "-kt", keytab or k["client_keytab"],
+            principal or k["client_principal"]]
+    if user:
+        argv = ["runuser", "-u", user, "--", *argv]
+    env = {**os.environ, "KRB5_CONFIG": krb5_conf or k["krb5_conf"], "KRB5CCNAME": ccache}
+    subprocess.run(argv, check=True, env=env, capture_output=True)
+
+
+def no_ticket_env(tmp_path: Path) -> dict[str, str]:
+    """An environment with no usable ticket cache and no token file."""
+    return {"KRB5CCNAME": f"FILE:{tmp_path}/no-such-cache", "HADOOP_TOKEN_FILE_LOCATION": ""}
+
+
+def group_holders(cluster: MiniDfs, path: str, group: int = 0) -> dict[str, int]:
+    """xfer address -> the internal block index it holds in one group of `path`."""
+    return {u["xfer"]: u["index"] for u in cluster.blocks(path)[group]["internal"]}
+
+
+def mount_stats(mount: Mount) -> dict[str, object]:
+    return json.loads(os.getxattr(mount.dir, "user.hdfsfuse.stats"))
+
+
+@pytest.fixture(scope="module")
+def observer_cluster() -> Iterator[MiniDfs]:
+    with MiniDfs(ClusterOptions(observer=True, datanodes=2, replication=2)) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def sc_cluster() -> Iterator[MiniDfs]:
+    """Three DataNodes with domain sockets, block tokens on."""
+    with MiniDfs(ClusterOptions(short_circuit=True, block_tokens=True)) as c:
+        yield c
+
+
+@pytest.fixture
+def sc_dir(sc_cluster: MiniDfs, request: pytest.FixtureRequest) -> str:
+    path = "/sc/" + request.node.name.replace("[", "_").replace("]", "_")
+    sc_cluster.delete(path)
+    sc_cluster.mkdir(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def rs32() -> Iterator[tuple[MiniDfs, dict[str, bytes]]]:
+    with MiniDfs(ClusterOptions(datanodes=5, block_tokens=True)) as c:
+        c.set_ec_policy("/ec", c.add_ec_policy("rs", 3, 2, EC_CELL))
+        files: dict[str, bytes] = {}
+        group = 3 * 2 * EC_CELL  # 128 KiB internal blocks: two rows per group
+        # Two whole groups, then a row, a cell and a half and 123 bytes: a short last stripe
+        # whose third unit holds nothing in that row.
+        sizes = {"/ec/odd": 2 * group + 3 * EC_CELL + EC_CELL + EC_CELL // 2 + 123, "/ec/exact": 3 * group,
+                 "/ec/small": 100}  # /ec/small: units 1 and 2 are not stored
+        for seed, (path, size) in enumerate(sizes.items(), start=140):
+            files[path] = c.put_bytes(random_bytes(size, seed=seed), path, block_size=2 * EC_CELL)
+        yield c, files
+
+
+@pytest.fixture(scope="module")
+def federated() -> Iterator[MiniDfs]:
+    """Two nameservices, each an HA pair, sharing two DataNodes."""
+    with MiniDfs(ClusterOptions(federation=2, ha=True, datanodes=2, replication=2)) as c:
+        yield c

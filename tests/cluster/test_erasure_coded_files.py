@@ -1,45 +1,15 @@
-"""Erasure-coded files through the real mount, on real clusters whose files the Java client wrote
-(so Java computed every parity byte we decode from): RS-3-2 and XOR-2-1 with small custom cells,
-RS-6-3 and RS-LEGACY-6-3 with the built-in 1 MiB cells. Healthy reads must be exact on the wire;
-degraded reads (stopped DataNodes, a corrupt cell) must decode Hadoop's bytes."""
+"""The harness's erasure-coding commands over JSON lines."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
-from tests.conftest import random_bytes, wait_until
-from tests.minidfs import ClusterOptions, MiniDfs
+from tests.conftest import group_holders, random_bytes, wait_until
 
 KiB, MiB = 1 << 10, 1 << 20
 CELL = 64 * KiB
 FAST = "connect_timeout=1,read_timeout=2,total_timeout=20,request_timeout=30"
 
 
-def _put(cluster: MiniDfs, files: dict[str, bytes], path: str, data: bytes, block_size: int) -> None:
-    files[path] = cluster.put_bytes(data, path, block_size=block_size)
-
-
-def _group_holders(cluster: MiniDfs, path: str, group: int = 0) -> dict[str, int]:
-    """xfer address -> the internal block index it holds in one group of `path`."""
-    return {u["xfer"]: u["index"] for u in cluster.blocks(path)[group]["internal"]}
-
-
 # ----- RS-3-2 on 5 DataNodes, 64 KiB cells ----------------------------------------------------
-
-@pytest.fixture(scope="module")
-def rs32() -> Iterator[tuple[MiniDfs, dict[str, bytes]]]:
-    with MiniDfs(ClusterOptions(datanodes=5, block_tokens=True)) as c:
-        c.set_ec_policy("/ec", c.add_ec_policy("rs", 3, 2, CELL))
-        files: dict[str, bytes] = {}
-        group = 3 * 2 * CELL  # 128 KiB internal blocks: two rows per group
-        # Two whole groups, then a row, a cell and a half and 123 bytes: a short last stripe
-        # whose third unit holds nothing in that row.
-        _put(c, files, "/ec/odd", random_bytes(2 * group + 3 * CELL + CELL + CELL // 2 + 123, seed=140), 2 * CELL)
-        _put(c, files, "/ec/exact", random_bytes(3 * group, seed=141), 2 * CELL)
-        _put(c, files, "/ec/small", random_bytes(100, seed=142), 2 * CELL)  # units 1 and 2 are not stored
-        yield c, files
 
 
 # ----- XOR-2-1 on 3 DataNodes ------------------------------------------------------------------
@@ -72,7 +42,7 @@ def test_harness_ec_commands_over_json_lines(rs32) -> None:  # type: ignore[no-u
         c.restart_datanode(stopped["xfer"])
     flipped = c.command("corrupt_replica", path="/ec/exact", block_index=1, internal_index=4, offset=0, length=1)
     c.command("corrupt_replica", path="/ec/exact", block_index=1, internal_index=4, offset=0, length=1)  # undo
-    assert _group_holders(c, "/ec/exact", 1)[flipped["xfer"]] == 4
+    assert group_holders(c, "/ec/exact", 1)[flipped["xfer"]] == 4
     assert flipped["block_id"] == c.blocks("/ec/exact")[1]["block_id"] + 4
 
 

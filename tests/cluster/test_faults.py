@@ -1,5 +1,4 @@
-"""Faults through the real mount: dead, hung and corrupt DataNodes, lost blocks, NameNode
-restarts and failover, killed readers, malformed DataNode bytes. Every byte read is compared."""
+"""Faults through the library: malformed DataNode bytes fail over, or answer EIO."""
 
 from __future__ import annotations
 

@@ -1,39 +1,19 @@
-"""Federated namespaces through the real mount: viewfs mount tables over a real two-nameservice
-cluster (`--federation 2 --ha`), and a real Router-based federation front (`--router`, the
-launcher's Hadoop 3.4.2 build). fileIds collide across namespaces on purpose: each test checks
-that two files with one fileId stay two files, byte-exact."""
+"""Federation without a mount: the two-nameservice harness, bad viewfs mount tables, and options
+that need one NameNode, each refused with one clear line."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.minidfs import ClusterOptions, MiniDfs
+from tests.conftest import view_conf
+from tests.minidfs import MiniDfs
 from tests.mounting import HDFSFUSE, is_mounted
 
 KiB = 1024
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def federated() -> Iterator[MiniDfs]:
-    """Two nameservices, each an HA pair, sharing two DataNodes."""
-    with MiniDfs(ClusterOptions(federation=2, ha=True, datanodes=2, replication=2)) as c:
-        yield c
-
-
-def view_conf(cluster: MiniDfs, into: Path, entries: dict[str, str]) -> str:
-    """The cluster's client configuration plus viewfs mount-table entries in core-site.xml."""
-    conf_dir = into / "conf"
-    shutil.copytree(cluster.conf_dir, conf_dir, dirs_exist_ok=True)
-    site = conf_dir / "core-site.xml"
-    props = "".join(f"<property><name>{k}</name><value>{v}</value></property>" for k, v in entries.items())
-    site.write_text(site.read_text().replace("</configuration>", props + "</configuration>"))
-    return str(conf_dir)
 
 
 # ----- viewfs --------------------------------------------------------------------------------

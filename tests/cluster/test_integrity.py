@@ -1,5 +1,6 @@
-"""Never a wrong byte: open files pinned to their identity while users replace, rename, truncate,
-snapshot and append, through the library and through the kernel mount of a real cluster."""
+"""Never a wrong byte, through the library on a real cluster: open files pinned to their identity,
+truncated files refused rather than short, unknown visible lengths failing loudly, location
+windows, and small reads passing a large one."""
 
 from __future__ import annotations
 
@@ -11,19 +12,11 @@ import trio
 
 from hdfsfuse import errors
 from hdfsfuse.client import ClientOptions, HdfsClient
-from tests.conftest import random_bytes, wait_fully_replicated
+from tests.conftest import corrupt_every_replica, random_bytes
 from tests.minidfs import MiniDfs
 
 KiB = 1024
 MiB = 1 << 20
-
-
-def corrupt_every_replica(cluster: MiniDfs, path: str, block_index: int) -> None:
-    """Make one block of `path` unreadable everywhere (all replicas fail their checksums)."""
-    wait_fully_replicated(cluster, path)
-    block = cluster.blocks(path)[block_index]
-    for xfer in block["xfer"]:
-        cluster.corrupt_replica(path, block_index, xfer, offset=0, length=block["length"])
 
 
 def library(cluster: MiniDfs) -> HdfsClient:

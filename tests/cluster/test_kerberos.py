@@ -1,9 +1,5 @@
-"""Secure clusters through the real mount: a real MiniKdc, a Kerberized MiniDFSCluster, real tools.
-
-Credentials (keytab, ticket cache, delegation-token file), the three RPC protections (checked on
-the wire), a secure HA failover, per-caller identity against an HDFS ACL, and every
-bad-credential error, before and after mounting.
-"""
+"""Secure clusters without a mount: a real MiniKdc and a Kerberized MiniDFSCluster; every
+bad-credential error is one clear line, and concurrent calls keep a SASL layer in order."""
 
 from __future__ import annotations
 
@@ -18,35 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import edited_conf
+from tests.conftest import edited_conf, keytab_options, kinit, no_ticket_env
 from tests.minidfs import MiniDfs
 from tests.mounting import HDFSFUSE
 
 MiB = 1 << 20
-
-
-def _keytab_options(cluster: MiniDfs, name: str = "alice") -> list[str]:
-    k = cluster.kerberos
-    if name == "alice":
-        return [f"keytab={k['client_keytab']}", f"principal={k['client_principal']}"]
-    made = cluster.command("add_principal", name=name)
-    return [f"keytab={made['keytab']}", f"principal={made['principal']}"]
-
-
-def _kinit(cluster: MiniDfs, ccache: str, *, lifetime: str | None = None, user: str | None = None,
-           principal: str | None = None, keytab: str | None = None, krb5_conf: str | None = None) -> None:
-    k = cluster.kerberos
-    argv = ["kinit", *(["-l", lifetime] if lifetime else []), "-kt", keytab or k["client_keytab"],
-            principal or k["client_principal"]]
-    if user:
-        argv = ["runuser", "-u", user, "--", *argv]
-    env = {**os.environ, "KRB5_CONFIG": krb5_conf or k["krb5_conf"], "KRB5CCNAME": ccache}
-    subprocess.run(argv, check=True, env=env, capture_output=True)
-
-
-def _no_ticket_env(tmp_path: Path) -> dict[str, str]:
-    """An environment with no usable ticket cache and no token file."""
-    return {"KRB5CCNAME": f"FILE:{tmp_path}/no-such-cache", "HADOOP_TOKEN_FILE_LOCATION": ""}
 
 
 def _mount_fails(cluster: MiniDfs, *options: str, env: dict[str, str] | None = None,
@@ -81,14 +53,14 @@ def _mount_fails(cluster: MiniDfs, *options: str, env: dict[str, str] | None = N
 
 
 def test_no_credentials_is_one_clear_line(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    r = _mount_fails(secure(proxy_user="hfuse"), env=_no_ticket_env(tmp_path))
+    r = _mount_fails(secure(proxy_user="hfuse"), env=no_ticket_env(tmp_path))
     assert "no Kerberos ticket: run kinit" in r.stderr
 
 
 def test_expired_ticket_is_one_clear_line(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster = secure(proxy_user="hfuse")
     ccache = f"FILE:{tmp_path}/short"
-    _kinit(cluster, ccache, lifetime="5s")
+    kinit(cluster, ccache, lifetime="5s")
     time.sleep(6)
     r = _mount_fails(cluster, env={"KRB5CCNAME": ccache, "HADOOP_TOKEN_FILE_LOCATION": ""})
     assert "has expired" in r.stderr
@@ -97,7 +69,7 @@ def test_expired_ticket_is_one_clear_line(secure, tmp_path: Path) -> None:  # ty
 def test_wrong_principal_for_the_keytab(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster = secure(proxy_user="hfuse")
     r = _mount_fails(cluster, f"keytab={cluster.kerberos['client_keytab']}", "principal=mallory@EXAMPLE.COM",
-                     env=_no_ticket_env(tmp_path))
+                     env=no_ticket_env(tmp_path))
     assert "keytab holds no key for this principal" in r.stderr
 
 
@@ -106,10 +78,10 @@ def test_wrong_realm(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped
     this host's krb5.conf does not know."""
     cluster = secure(proxy_user="hfuse")
     r = _mount_fails(cluster, f"keytab={cluster.kerberos['client_keytab']}", "principal=alice@ELSEWHERE.ORG",
-                     env=_no_ticket_env(tmp_path))
+                     env=no_ticket_env(tmp_path))
     assert "no key for this principal (alice@ELSEWHERE.ORG; it holds alice@EXAMPLE.COM)" in r.stderr
     conf_dir = edited_conf(cluster, tmp_path, "hdfs-site.xml", "hdfs/localhost@EXAMPLE.COM", "hdfs/_HOST@ELSEWHERE.ORG")
-    r = _mount_fails(cluster, *_keytab_options(cluster), f"hadoop_conf={conf_dir}", env=_no_ticket_env(tmp_path))
+    r = _mount_fails(cluster, *keytab_options(cluster), f"hadoop_conf={conf_dir}", env=no_ticket_env(tmp_path))
     assert "hdfs/localhost@ELSEWHERE.ORG" in r.stderr and "no path to the server's realm" in r.stderr
 
 
@@ -122,8 +94,8 @@ def test_unreachable_kdc(secure, tmp_path: Path) -> None:  # type: ignore[no-unt
         dead = s.getsockname()[1]
     broken = tmp_path / "krb5.conf"
     broken.write_text(conf.replace(f"localhost:{port}", f"localhost:{dead}").replace(str(port), str(dead)))
-    env = {**_no_ticket_env(tmp_path), "KRB5_CONFIG": str(broken)}
-    r = _mount_fails(cluster, *_keytab_options(cluster), env=env)
+    env = {**no_ticket_env(tmp_path), "KRB5_CONFIG": str(broken)}
+    r = _mount_fails(cluster, *keytab_options(cluster), env=env)
     assert "cannot reach the KDC" in r.stderr
 
 
@@ -135,8 +107,8 @@ def test_clock_skew(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-
     strict = tmp_path / "krb5.conf"
     strict.write_text(Path(cluster.kerberos["krb5_conf"]).read_text().replace(
         "[libdefaults]", "[libdefaults]\n    kdc_timesync = 0", 1))
-    env = {**_no_ticket_env(tmp_path), "KRB5_CONFIG": str(strict), "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
-    r = _mount_fails(cluster, *_keytab_options(cluster), env=env,
+    env = {**no_ticket_env(tmp_path), "KRB5_CONFIG": str(strict), "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    r = _mount_fails(cluster, *keytab_options(cluster), env=env,
                      command=["faketime", "-f", "+20m", sys.executable, "-m", "hdfsfuse.cli"])
     assert "clock differs from the KDC's" in r.stderr
 
@@ -144,14 +116,14 @@ def test_clock_skew(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-
 def test_wrong_service_principal(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster = secure(proxy_user="hfuse")
     conf_dir = edited_conf(cluster, tmp_path, "hdfs-site.xml", "hdfs/localhost@EXAMPLE.COM", "nn/_HOST@EXAMPLE.COM")
-    r = _mount_fails(cluster, *_keytab_options(cluster), f"hadoop_conf={conf_dir}", env=_no_ticket_env(tmp_path))
+    r = _mount_fails(cluster, *keytab_options(cluster), f"hadoop_conf={conf_dir}", env=no_ticket_env(tmp_path))
     assert "nn/localhost@EXAMPLE.COM" in r.stderr and "unknown to the KDC" in r.stderr
 
 
 def test_cluster_config_without_kerberos_says_so(secure, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster = secure(proxy_user="hfuse")
     conf_dir = edited_conf(cluster, tmp_path, "core-site.xml", ">kerberos<", ">simple<")
-    r = _mount_fails(cluster, f"hadoop_conf={conf_dir}", env=_no_ticket_env(tmp_path))
+    r = _mount_fails(cluster, f"hadoop_conf={conf_dir}", env=no_ticket_env(tmp_path))
     assert "requires Kerberos" in r.stderr and "hadoop.security.authentication=kerberos" in r.stderr
 
 

@@ -1,9 +1,4 @@
-"""Secure clusters through the real mount: a real MiniKdc, a Kerberized MiniDFSCluster, real tools.
-
-Credentials (keytab, ticket cache, delegation-token file), the three RPC protections (checked on
-the wire), a secure HA failover, per-caller identity against an HDFS ACL, and every
-bad-credential error, before and after mounting.
-"""
+"""The secure harness: its JSON-lines contract on a real MiniKdc and Kerberized cluster."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Local reads that must wait for a disk: the worker threads (values and exceptions come back to
-the right task, a cancelled task does not wait for its job, jobs run before the watcher starts
-or after it stops), and the reads started before the hand-over."""
+"""The daemon lets worker threads back in quickly (its switch interval)."""
 
 from __future__ import annotations
 

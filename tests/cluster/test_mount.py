@@ -1,4 +1,4 @@
-"""The FUSE mount through the kernel, read with real tools, compared byte for byte."""
+"""Mount errors before anything is mounted: each is one line, and nothing is left mounted."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
-"""Short-circuit local reads on a real --short-circuit cluster: through the mount (exact, local,
-never another file's bytes, corrupt replicas caught, fallback), block tokens, blocks being
-written, untrusted socket paths, and fake DataNode sockets that hang or send garbage."""
+"""Short-circuit local reads through the library on a real --short-circuit cluster: block tokens on
+the domain socket, blocks being written, refused and untrusted sockets, appends under open local
+files, and the bound on cached files and slots."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,27 +15,12 @@ from hdfsfuse.local.short_circuit import ShortCircuitReads
 from hdfsfuse.proto import hdfs_pb2
 from tests.clients import client_for, conf_with
 from tests.conftest import random_bytes, wait_fully_replicated
-from tests.minidfs import ClusterOptions, MiniDfs, short_circuit_unavailable
+from tests.minidfs import MiniDfs, short_circuit_unavailable
 
 MiB = 1 << 20
 FRESH = "entry_timeout=0,attr_timeout=0,negative_timeout=0"
 UNAVAILABLE = short_circuit_unavailable()
 pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"short-circuit cluster: {UNAVAILABLE}")
-
-
-@pytest.fixture(scope="module")
-def sc_cluster() -> Iterator[MiniDfs]:
-    """Three DataNodes with domain sockets, block tokens on."""
-    with MiniDfs(ClusterOptions(short_circuit=True, block_tokens=True)) as c:
-        yield c
-
-
-@pytest.fixture
-def sc_dir(sc_cluster: MiniDfs, request: pytest.FixtureRequest) -> str:
-    path = "/sc/" + request.node.name.replace("[", "_").replace("]", "_")
-    sc_cluster.delete(path)
-    sc_cluster.mkdir(path)
-    return path
 
 
 async def test_block_tokens_are_enforced_on_the_domain_socket(sc_cluster: MiniDfs, sc_dir: str) -> None:

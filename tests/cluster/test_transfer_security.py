@@ -1,9 +1,4 @@
-"""SASL and encryption on DataNode connections, through the real mount on real secure clusters.
-
-The matrix {authentication, integrity, privacy} x {dfs.encrypt.data.transfer off, on with AES}:
-byte-exact sequential and random reads, exact BytesRead, the layer each handshake set up;
-then a corrupt replica under privacy, an unknown data-encryption key, and a QOP mismatch.
-"""
+"""SASL on DataNode connections through the library: an unknown data-encryption key is fetched again."""
 
 from __future__ import annotations
 
@@ -12,15 +7,9 @@ from pathlib import Path
 import trio
 
 from tests.conftest import random_bytes
-from tests.minidfs import MiniDfs
 
 MiB = 1 << 20
 LAYERS = {"authentication": "auth", "integrity": "auth-int", "privacy": "auth-conf/3des"}
-
-
-def _keytab(cluster: MiniDfs) -> list[str]:
-    k = cluster.kerberos
-    return [f"keytab={k['client_keytab']}", f"principal={k['client_principal']}"]
 
 
 async def test_unknown_encryption_key_is_fetched_again(secure, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -5,7 +5,6 @@ files are caught, the size bound holds, and mounts share one directory."""
 from __future__ import annotations
 
 import errno
-import json
 import os
 import random
 import signal
@@ -17,7 +16,7 @@ import pytest
 
 from hdfsfuse.local import uring
 from tests.bench.run import daemon_pid
-from tests.conftest import random_bytes, wait_until
+from tests.conftest import mount_stats, random_bytes, wait_until
 from tests.minidfs import MiniDfs
 from tests.mounting import Mount
 
@@ -25,12 +24,8 @@ MiB = 1 << 20
 FRESH = "entry_timeout=0,attr_timeout=0,negative_timeout=0"
 
 
-def _stats(mount: Mount) -> dict[str, object]:
-    return json.loads(os.getxattr(mount.dir, "user.hdfsfuse.stats"))
-
-
 def _n(mount: Mount, name: str) -> int:
-    return int(_stats(mount)[name])  # type: ignore[call-overload]
+    return int(mount_stats(mount)[name])  # type: ignore[call-overload]
 
 
 def _stored(mount: Mount, at_least: int) -> None:
@@ -63,7 +58,7 @@ def test_a_second_read_comes_from_the_cache(cluster: MiniDfs, data_dir: str, mou
     _read_all(m, f"{data_dir}/f", data, seed=1)  # direct_io: nothing from the kernel's page cache
     after = cluster.metrics_total()
     assert after["BytesRead"] - before["BytesRead"] < 0.01 * len(data)
-    stats = _stats(m)
+    stats = mount_stats(m)
     assert stats["block_cache_served_bytes"] >= len(data)  # type: ignore[operator]
     assert stats["cache_hits"]["block_cache"] > 0  # type: ignore[index]
     assert stats["block_cache_corrupt"] == 0
@@ -83,7 +78,7 @@ def test_cold_cached_reads_wait_for_the_disk_with_no_worker_thread(cluster: Mini
     _read_all(m, f"{data_dir}/f", data)
     _stored(m, len(data))
     os.sync()  # the cache's files written back, so dropping the page cache drops their pages
-    before, how_before = cluster.metrics_total(), dict(_stats(m)["local_disk_reads"])  # type: ignore[call-overload]
+    before, how_before = cluster.metrics_total(), dict(mount_stats(m)["local_disk_reads"])  # type: ignore[call-overload]
     rng = random.Random(5)
     fd = os.open(m.path(f"{data_dir}/f"), os.O_RDONLY)
     try:
@@ -94,7 +89,7 @@ def test_cold_cached_reads_wait_for_the_disk_with_no_worker_thread(cluster: Mini
     finally:
         os.close(fd)
     assert cluster.metrics_total()["BytesRead"] - before["BytesRead"] < 0.01 * len(data)
-    how = {k: v - how_before.get(k, 0) for k, v in _stats(m)["local_disk_reads"].items()}  # type: ignore[union-attr]
+    how = {k: v - how_before.get(k, 0) for k, v in mount_stats(m)["local_disk_reads"].items()}  # type: ignore[union-attr]
     # The first ask starts the disk read; the mount's only reader then polls for its bytes
     # (a disk slower than the poll, or a reader waiting already, waits through io_uring). Not
     # every read meets the disk (one CI run: 9 of 40 did, 7 of them polled), so only "some".
@@ -134,9 +129,9 @@ def test_an_open_file_truncated_under_it_reads_as_without_the_cache(cluster: Min
     try:
         assert os.pread(fd, len(old), 0) == old
         _stored(m, len(old))
-        hits = _stats(m)["cache_hits"].get("block_cache", 0)  # type: ignore[union-attr]
+        hits = mount_stats(m)["cache_hits"].get("block_cache", 0)  # type: ignore[union-attr]
         assert os.pread(fd, 4096, past) == old[past : past + 4096]
-        assert _stats(m)["cache_hits"].get("block_cache", 0) > hits  # type: ignore[union-attr]  # answered by the cache
+        assert mount_stats(m)["cache_hits"].get("block_cache", 0) > hits  # type: ignore[union-attr]  # answered by the cache
         cluster.truncate(path, cut)  # inside the second block: it recovers under a new stamp
         time.sleep(1.1)  # older than the cache's max age now
         with pytest.raises(OSError) as e:
@@ -181,7 +176,7 @@ def test_the_cache_stays_within_cache_size(cluster: MiniDfs, data_dir: str, moun
     _read_all(m, f"{data_dir}/f", data, preads=0)
     _stored(m, len(data))
     assert _du(tmp_path / "cache") <= 4 * MiB
-    stats = _stats(m)
+    stats = mount_stats(m)
     assert stats["block_cache_evictions"] >= 8  # type: ignore[operator]
     assert 0 < stats["block_cache_used_bytes"] <= 4 * MiB  # type: ignore[operator]
     _read_all(m, f"{data_dir}/f", data, preads=20)

@@ -11,13 +11,12 @@ import json
 import os
 import random
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import random_bytes, wait_until
-from tests.minidfs import ClusterOptions, MiniDfs
+from tests.conftest import group_holders, mount_stats, random_bytes, wait_until
+from tests.minidfs import MiniDfs
 from tests.mounting import Mount
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -25,12 +24,8 @@ CELL = 64 * KiB
 FAST = "connect_timeout=1,read_timeout=2,total_timeout=20,request_timeout=30"
 
 
-def _stats(mount: Mount) -> dict[str, object]:
-    return json.loads(os.getxattr(mount.dir, "user.hdfsfuse.stats"))
-
-
 def _counter(mount: Mount, name: str) -> int:
-    return int(_stats(mount)[name])  # type: ignore[call-overload]
+    return int(mount_stats(mount)[name])  # type: ignore[call-overload]
 
 
 def _put(cluster: MiniDfs, files: dict[str, bytes], path: str, data: bytes, block_size: int) -> None:
@@ -58,11 +53,6 @@ def check_reads(mount: Mount, files: dict[str, bytes], tmp_path: Path, preads: i
             os.close(fd)
 
 
-def _group_holders(cluster: MiniDfs, path: str, group: int = 0) -> dict[str, int]:
-    """xfer address -> the internal block index it holds in one group of `path`."""
-    return {u["xfer"]: u["index"] for u in cluster.blocks(path)[group]["internal"]}
-
-
 def read_with_each_unit_lost(cluster: MiniDfs, mount: Mount, files: dict[str, bytes], tmp_path: Path,
                              holders: dict[str, int], preads: int) -> None:
     """Stop each DataNode in turn (one unit of every group lost), check every read, restart it."""
@@ -76,19 +66,6 @@ def read_with_each_unit_lost(cluster: MiniDfs, mount: Mount, files: dict[str, by
 
 
 # ----- RS-3-2 on 5 DataNodes, 64 KiB cells ----------------------------------------------------
-
-@pytest.fixture(scope="module")
-def rs32() -> Iterator[tuple[MiniDfs, dict[str, bytes]]]:
-    with MiniDfs(ClusterOptions(datanodes=5, block_tokens=True)) as c:
-        c.set_ec_policy("/ec", c.add_ec_policy("rs", 3, 2, CELL))
-        files: dict[str, bytes] = {}
-        group = 3 * 2 * CELL  # 128 KiB internal blocks: two rows per group
-        # Two whole groups, then a row, a cell and a half and 123 bytes: a short last stripe
-        # whose third unit holds nothing in that row.
-        _put(c, files, "/ec/odd", random_bytes(2 * group + 3 * CELL + CELL + CELL // 2 + 123, seed=140), 2 * CELL)
-        _put(c, files, "/ec/exact", random_bytes(3 * group, seed=141), 2 * CELL)
-        _put(c, files, "/ec/small", random_bytes(100, seed=142), 2 * CELL)  # units 1 and 2 are not stored
-        yield c, files
 
 
 @pytest.mark.compat
@@ -149,7 +126,7 @@ def test_ec_policy_and_indices_show_as_xattrs(rs32, mount) -> None:  # type: ign
 def test_every_single_unit_failure_decodes(rs32, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     c, files = rs32
     m = mount(c, "direct_io", FAST)
-    holders = _group_holders(c, "/ec/odd")
+    holders = group_holders(c, "/ec/odd")
     assert sorted(holders.values()) == [0, 1, 2, 3, 4]  # each DataNode holds one unit of a group
     for xfer, index in sorted(holders.items(), key=lambda h: h[1]):
         degraded = _counter(m, "ec_degraded_reads")
@@ -176,7 +153,7 @@ def test_every_double_unit_failure_decodes(rs32, mount, tmp_path: Path) -> None:
     c, files = rs32
     m = mount(c, "direct_io", FAST)
     odd = {"/ec/odd": files["/ec/odd"], "/ec/small": files["/ec/small"]}
-    holders = _group_holders(c, "/ec/odd")
+    holders = group_holders(c, "/ec/odd")
     for pair in itertools.combinations(sorted(holders, key=holders.__getitem__), 2):
         for xfer in pair:
             c.stop_datanode(xfer)
@@ -190,7 +167,7 @@ def test_every_double_unit_failure_decodes(rs32, mount, tmp_path: Path) -> None:
 def test_three_lost_units_fail_with_one_clear_line(rs32, mount) -> None:  # type: ignore[no-untyped-def]
     c, _ = rs32
     m = mount(c, "direct_io", FAST)
-    held = _group_holders(c, "/ec/exact")
+    held = group_holders(c, "/ec/exact")
     holders = sorted(held, key=held.__getitem__)
     lost = holders[:3]  # data units 0, 1 and 2 of the first group
     for xfer in lost:
@@ -246,7 +223,7 @@ def test_xor_files_read_and_decode_every_single_failure(fresh_cluster, mount, tm
     m = mount(c, "direct_io", FAST)
     check_reads(m, files, tmp_path)
     assert os.getxattr(m.path("/x/odd"), "user.hdfs.ec_policy") == b"XOR-2-1-64k"
-    holders = _group_holders(c, "/x/odd")
+    holders = group_holders(c, "/x/odd")
     assert sorted(holders.values()) == [0, 1, 2]
     read_with_each_unit_lost(c, m, files, tmp_path, holders, preads=15)
 
@@ -265,7 +242,7 @@ def test_rs_6_3_and_legacy_decode_every_single_failure(fresh_cluster, mount, tmp
     m = mount(c, "direct_io", FAST)
     check_reads(m, files, tmp_path, preads=20)
     assert os.getxattr(m.path("/legacy/f"), "user.hdfs.ec_policy") == b"RS-LEGACY-6-3-1024k"
-    holders = _group_holders(c, "/rs63/f")
+    holders = group_holders(c, "/rs63/f")
     assert sorted(holders.values()) == list(range(9))
     read_with_each_unit_lost(c, m, files, tmp_path, holders, preads=8)
 
@@ -348,7 +325,7 @@ def test_the_file_checksum_of_ec_files_is_javas_composite_crc(rs32, mount) -> No
         java = c.command("file_checksum", path=path)
         ours = os.getxattr(m.path(path), "user.hdfs.checksum").decode()
         assert ours == f"{java['algorithm']} {java['bytes']}" == f"COMPOSITE-CRC32C {google_crc32c.value(data):08x}"
-    lost = next(xfer for xfer, index in _group_holders(c, "/ec/odd", group=1).items() if index == 1)
+    lost = next(xfer for xfer, index in group_holders(c, "/ec/odd", group=1).items() if index == 1)
     c.stop_datanode(lost)
     try:
         ours = os.getxattr(m.path("/ec/odd"), "user.hdfs.checksum").decode()

@@ -8,25 +8,17 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import random_bytes
+from tests.conftest import random_bytes, view_conf
 from tests.minidfs import ClusterOptions, MiniDfs
 from tests.mounting import Mount
 
 KiB = 1024
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def federated() -> Iterator[MiniDfs]:
-    """Two nameservices, each an HA pair, sharing two DataNodes."""
-    with MiniDfs(ClusterOptions(federation=2, ha=True, datanodes=2, replication=2)) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +28,6 @@ def routed() -> Iterator[MiniDfs]:
         c.add_mount("/a", "ns0", "/x")
         c.add_mount("/b", "ns1", "/y")
         yield c
-
-
-def view_conf(cluster: MiniDfs, into: Path, entries: dict[str, str]) -> str:
-    """The cluster's client configuration plus viewfs mount-table entries in core-site.xml."""
-    conf_dir = into / "conf"
-    shutil.copytree(cluster.conf_dir, conf_dir, dirs_exist_ok=True)
-    site = conf_dir / "core-site.xml"
-    props = "".join(f"<property><name>{k}</name><value>{v}</value></property>" for k, v in entries.items())
-    site.write_text(site.read_text().replace("</configuration>", props + "</configuration>"))
-    return str(conf_dir)
 
 
 def same_file_id(cluster: MiniDfs, *paths: str) -> None:

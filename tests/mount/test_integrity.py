@@ -11,26 +11,12 @@ from collections.abc import Callable
 
 import pytest
 
-from hdfsfuse.client import ClientOptions, HdfsClient
-from tests.conftest import random_bytes, wait_fully_replicated, wait_until
+from tests.conftest import corrupt_every_replica, random_bytes, wait_until
 from tests.minidfs import MiniDfs
 from tests.mounting import Mount
 
 KiB = 1024
 MiB = 1 << 20
-
-
-def corrupt_every_replica(cluster: MiniDfs, path: str, block_index: int) -> None:
-    """Make one block of `path` unreadable everywhere (all replicas fail their checksums)."""
-    wait_fully_replicated(cluster, path)
-    block = cluster.blocks(path)[block_index]
-    for xfer in block["xfer"]:
-        cluster.corrupt_replica(path, block_index, xfer, offset=0, length=block["length"])
-
-
-def library(cluster: MiniDfs) -> HdfsClient:
-    return HdfsClient.connect(cluster.uri, conf_dir=cluster.conf_dir,  # type: ignore[return-value]
-                              options=ClientOptions(hedge_after=None))
 
 
 # ----- 1. an open file is pinned to its fileId and block ids ------------------------------------

@@ -19,38 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import local_user, random_bytes, wait_until
+from tests.conftest import keytab_options, kinit, local_user, no_ticket_env, random_bytes, wait_until
 from tests.minidfs import ClusterOptions, MiniDfs
 
 MiB = 1 << 20
 
 
-def _keytab_options(cluster: MiniDfs, name: str = "alice") -> list[str]:
-    k = cluster.kerberos
-    if name == "alice":
-        return [f"keytab={k['client_keytab']}", f"principal={k['client_principal']}"]
-    made = cluster.command("add_principal", name=name)
-    return [f"keytab={made['keytab']}", f"principal={made['principal']}"]
-
-
-def _kinit(cluster: MiniDfs, ccache: str, *, lifetime: str | None = None, user: str | None = None,
-           principal: str | None = None, keytab: str | None = None, krb5_conf: str | None = None) -> None:
-    k = cluster.kerberos
-    argv = ["kinit", *(["-l", lifetime] if lifetime else []), "-kt", keytab or k["client_keytab"],
-            principal or k["client_principal"]]
-    if user:
-        argv = ["runuser", "-u", user, "--", *argv]
-    env = {**os.environ, "KRB5_CONFIG": krb5_conf or k["krb5_conf"], "KRB5CCNAME": ccache}
-    subprocess.run(argv, check=True, env=env, capture_output=True)
-
-
 def _put(cluster: MiniDfs, path: str, size: int, seed: int) -> bytes:
     return cluster.put_bytes(random_bytes(size, seed), path)
-
-
-def _no_ticket_env(tmp_path: Path) -> dict[str, str]:
-    """An environment with no usable ticket cache and no token file."""
-    return {"KRB5CCNAME": f"FILE:{tmp_path}/no-such-cache", "HADOOP_TOKEN_FILE_LOCATION": ""}
 
 
 # ----- credentials ------------------------------------------------------------------------------
@@ -62,7 +38,7 @@ def test_keytab_mount_reads_exact_bytes_as_the_principal(secure, mount, tmp_path
     data = _put(cluster, "/kt/data", 3 * MiB + 123, seed=1)
     cluster.chown("/kt/data", "alice", "alice")
     cluster.chmod("/kt/data", "600")  # only alice (and the superuser) may read it
-    m = mount(cluster, *_keytab_options(cluster), env=_no_ticket_env(tmp_path))
+    m = mount(cluster, *keytab_options(cluster), env=no_ticket_env(tmp_path))
     assert Path(m.path("/kt/data")).read_bytes() == data
     with open(m.path("/kt/data"), "rb") as f:
         f.seek(2 * MiB + 7)
@@ -77,7 +53,7 @@ def test_ticket_cache_mount_made_by_kinit(secure, mount, tmp_path: Path) -> None
     cluster.chown("/cc/data", "alice", "alice")
     cluster.chmod("/cc/data", "600")
     ccache = f"FILE:{tmp_path}/krb5cc"
-    _kinit(cluster, ccache)
+    kinit(cluster, ccache)
     m = mount(cluster, env={"KRB5CCNAME": ccache})
     assert Path(m.path("/cc/data")).read_bytes() == data
 
@@ -92,7 +68,7 @@ def test_delegation_token_file_mount(secure, mount, tmp_path: Path, how: str) ->
     token = tmp_path / "alice.token"
     reply = cluster.command("delegation_token", user="alice", file=str(token))
     assert reply["kind"] == "HDFS_DELEGATION_TOKEN"
-    env = _no_ticket_env(tmp_path)
+    env = no_ticket_env(tmp_path)
     options: list[str] = []
     if how == "option":
         options.append(f"token_file={token}")
@@ -171,9 +147,9 @@ def test_each_rpc_protection_on_the_wire(secure, mount, tmp_path: Path, protecti
     host, port = cluster.namenodes[0]["rpc"].rsplit(":", 1)
     relay = _Recorder((host, int(port)))
     try:
-        env = _no_ticket_env(tmp_path)
+        env = no_ticket_env(tmp_path)
         if credential == "keytab":
-            options = _keytab_options(cluster)
+            options = keytab_options(cluster)
         else:
             token = tmp_path / "t"
             cluster.command("delegation_token", user="alice", file=str(token))
@@ -200,7 +176,7 @@ def test_each_rpc_protection_on_the_wire(secure, mount, tmp_path: Path, protecti
 def test_secure_ha_pair_fails_over(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cluster = secure(ha=True)
     data = _put(cluster, "/ha/before", 50_000, seed=5)
-    m = mount(cluster, *_keytab_options(cluster), env=_no_ticket_env(tmp_path))
+    m = mount(cluster, *keytab_options(cluster), env=no_ticket_env(tmp_path))
     assert Path(m.path("/ha/before")).read_bytes() == data
     cluster.command("failover")
     after = _put(cluster, "/ha/after", 60_000, seed=6)
@@ -231,8 +207,8 @@ def test_identity_caller_enforces_hdfs_acls_per_user(secure, mount, tmp_path: Pa
     cluster = secure(proxy_user="hfuse")
     local_user("hdfsfuse-alice"), local_user("hdfsfuse-bob")
     data = _acl_tree(cluster, "/acl-caller")
-    m = mount(cluster, "allow_other", "identity=caller", *_keytab_options(cluster, "hfuse"),
-              env=_no_ticket_env(tmp_path))
+    m = mount(cluster, "allow_other", "identity=caller", *keytab_options(cluster, "hfuse"),
+              env=no_ticket_env(tmp_path))
     path = m.path("/acl-caller/shared")
     # alice reads first, so the page cache holds the bytes when bob asks.
     assert _read_as("hdfsfuse-alice", path).stdout == data
@@ -250,7 +226,7 @@ def test_identity_caller_needs_a_principal_allowed_to_impersonate(secure, mount,
     local_user("hdfsfuse-bob")
     _put(cluster, "/imp/open", 1000, seed=8)
     # alice is no proxy user: the NameNode refuses every impersonation, and says so.
-    m = mount(cluster, "allow_other", "identity=caller", *_keytab_options(cluster), env=_no_ticket_env(tmp_path))
+    m = mount(cluster, "allow_other", "identity=caller", *keytab_options(cluster), env=no_ticket_env(tmp_path))
     denied = _read_as("hdfsfuse-bob", m.path("/imp/open"))
     assert denied.returncode != 0 and b"Permission denied" in denied.stderr
     wait_until(lambda: "is not allowed to impersonate hdfsfuse-bob" in m.log_text(), "the refusal is logged")
@@ -271,11 +247,11 @@ def test_identity_ticket_cache_uses_each_callers_own_tickets(secure, mount, tmp_
         keytab = keytabs / f"{user.pw_name}.keytab"
         shutil.copy(made["keytab"], keytab)
         os.chown(keytab, user.pw_uid, user.pw_gid)
-        _kinit(cluster, f"FILE:/tmp/krb5cc_{user.pw_uid}", user=user.pw_name, principal=made["principal"],
+        kinit(cluster, f"FILE:/tmp/krb5cc_{user.pw_uid}", user=user.pw_name, principal=made["principal"],
                keytab=str(keytab), krb5_conf=str(krb5_conf))
     try:
-        m = mount(cluster, "allow_other", "identity=ticket_cache", *_keytab_options(cluster),
-                  env=_no_ticket_env(tmp_path))
+        m = mount(cluster, "allow_other", "identity=ticket_cache", *keytab_options(cluster),
+                  env=no_ticket_env(tmp_path))
         path = m.path("/acl-cc/shared")
         assert _read_as("hdfsfuse-alice", path).stdout == data
         denied = _read_as("hdfsfuse-bob", path)
@@ -300,7 +276,7 @@ def test_lost_ticket_after_mounting_is_eacces_with_one_line(secure, mount, tmp_p
     cluster = secure(datanodes=1)
     data = _put(cluster, "/lost/a", 1000, seed=9)
     ccache = tmp_path / "krb5cc"
-    _kinit(cluster, f"FILE:{ccache}")
+    kinit(cluster, f"FILE:{ccache}")
     m = mount(cluster, "direct_io", env={"KRB5CCNAME": f"FILE:{ccache}"})
     assert Path(m.path("/lost/a")).read_bytes() == data
     ccache.unlink()  # kdestroy
@@ -313,7 +289,7 @@ def test_lost_ticket_after_mounting_is_eacces_with_one_line(secure, mount, tmp_p
     lines = [ln for ln in m.log_text().splitlines() if "EACCES" in ln]
     assert len(lines) == 1 and re.search(r"lookup /lost(/b)?: ", lines[0]), lines
     # A new kinit is picked up by the next connection: no remount.
-    _kinit(cluster, f"FILE:{ccache}")
+    kinit(cluster, f"FILE:{ccache}")
     later = _put(cluster, "/lost/c", 2000, seed=10)
     assert Path(m.path("/lost/c")).read_bytes() == later
 
@@ -329,8 +305,8 @@ def test_mount_outlives_short_tickets_for_five_minutes(mount, tmp_path: Path) ->
         host, port = cluster.namenodes[0]["rpc"].rsplit(":", 1)
         relay = _Recorder((host, int(port)))
         try:
-            m = mount(cluster, "direct_io", "log_level=debug", *_keytab_options(cluster),
-                      env=_no_ticket_env(tmp_path), uri=f"hdfs://127.0.0.1:{relay.port}")
+            m = mount(cluster, "direct_io", "log_level=debug", *keytab_options(cluster),
+                      env=no_ticket_env(tmp_path), uri=f"hdfs://127.0.0.1:{relay.port}")
             start = time.monotonic()
             drops = 0
             names = iter(files)
@@ -362,7 +338,7 @@ def test_file_being_written_grows_under_privacy(secure, mount, tmp_path: Path) -
     local = tmp_path / "chunk"
     local.write_bytes(first)
     cluster.command("append_open", path="/grow/log", local=str(local))
-    m = mount(cluster, "direct_io", *_keytab_options(cluster), env=_no_ticket_env(tmp_path))
+    m = mount(cluster, "direct_io", *keytab_options(cluster), env=no_ticket_env(tmp_path))
     with open(m.path("/grow/log"), "rb") as f:
         assert f.read() == first
         local.write_bytes(more)

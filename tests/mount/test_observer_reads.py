@@ -7,20 +7,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
-
-import pytest
 
 from tests.conftest import random_bytes
-from tests.minidfs import ClusterOptions, MiniDfs
+from tests.minidfs import MiniDfs
 
 ENTRIES = 10_000
-
-
-@pytest.fixture(scope="module")
-def observer_cluster() -> Iterator[MiniDfs]:
-    with MiniDfs(ClusterOptions(observer=True, datanodes=2, replication=2)) as c:
-        yield c
 
 
 def _counts(cluster: MiniDfs) -> dict[str, dict[str, int]]:

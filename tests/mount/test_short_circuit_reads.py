@@ -5,45 +5,23 @@ written, untrusted socket paths, and fake DataNode sockets that hang or send gar
 from __future__ import annotations
 
 import errno
-import json
 import os
 import random
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from hdfsfuse.local import uring
 from hdfsfuse.proto import hdfs_pb2
-from tests.conftest import random_bytes, wait_fully_replicated, wait_until
-from tests.minidfs import ClusterOptions, MiniDfs, short_circuit_unavailable
-from tests.mounting import Mount
+from tests.conftest import mount_stats, random_bytes, wait_fully_replicated, wait_until
+from tests.minidfs import MiniDfs, short_circuit_unavailable
 from tests.page_residency import drop_pages, page_cache_bypass_unavailable, resident_pages
 
 MiB = 1 << 20
 FRESH = "entry_timeout=0,attr_timeout=0,negative_timeout=0"
 UNAVAILABLE = short_circuit_unavailable()
 pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"short-circuit cluster: {UNAVAILABLE}")
-
-
-@pytest.fixture(scope="module")
-def sc_cluster() -> Iterator[MiniDfs]:
-    """Three DataNodes with domain sockets, block tokens on."""
-    with MiniDfs(ClusterOptions(short_circuit=True, block_tokens=True)) as c:
-        yield c
-
-
-@pytest.fixture
-def sc_dir(sc_cluster: MiniDfs, request: pytest.FixtureRequest) -> str:
-    path = "/sc/" + request.node.name.replace("[", "_").replace("]", "_")
-    sc_cluster.delete(path)
-    sc_cluster.mkdir(path)
-    return path
-
-
-def _stats(mount: Mount) -> dict[str, object]:
-    return json.loads(os.getxattr(mount.dir, "user.hdfsfuse.stats"))
 
 
 def _preads(path: str, data: bytes, count: int, seed: int) -> None:
@@ -75,7 +53,7 @@ def test_mount_reads_are_exact_and_never_touch_the_network(sc_cluster: MiniDfs, 
     after = sc_cluster.metrics_total()
     assert after["BytesRead"] == before["BytesRead"]  # no DataNode streamed a byte
     assert wire.bytes == 0  # and nothing left their xfer ports
-    stats = _stats(m)
+    stats = mount_stats(m)
     assert stats["short_circuit_bytes"] >= len(data)  # type: ignore[operator]
     assert stats["short_circuit_fallbacks"] == 0 and stats["checksum_failures"] == 0
     assert stats["dtp_read_ops"] == 0
@@ -106,7 +84,7 @@ def test_a_sequential_read_leaves_no_copy_of_the_blocks_in_memory(sc_cluster: Mi
     # Small reads (the kernel's first requests, before readahead grows) may still go through
     # the page cache; the bulk of the file must not.
     assert resident <= pages // 10, f"{resident} of the blocks' {pages} pages were left in memory"
-    stats = _stats(m)
+    stats = mount_stats(m)
     assert stats["short_circuit_bytes"] >= len(data) and stats["checksum_failures"] == 0  # type: ignore[operator]
     how = stats["local_disk_reads"]
     if uring.unavailable() is None:  # the reads that waited for the disk went through io_uring, none to a thread
@@ -129,7 +107,7 @@ def test_small_reads_that_wait_for_the_disk_go_through_io_uring(sc_cluster: Mini
     path = m.path(f"{sc_dir}/f")
     with open(path, "rb") as f:
         assert f.read(10) == data[:10]  # the local files are open now
-    how_before = dict(_stats(m)["local_disk_reads"])  # type: ignore[call-overload]
+    how_before = dict(mount_stats(m)["local_disk_reads"])  # type: ignore[call-overload]
     rng = random.Random(3)
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -140,12 +118,12 @@ def test_small_reads_that_wait_for_the_disk_go_through_io_uring(sc_cluster: Mini
             assert os.pread(fd, 4096, off) == data[off : off + 4096]
     finally:
         os.close(fd)
-    how = {k: v - how_before.get(k, 0) for k, v in _stats(m)["local_disk_reads"].items()}  # type: ignore[union-attr]
+    how = {k: v - how_before.get(k, 0) for k, v in mount_stats(m)["local_disk_reads"].items()}  # type: ignore[union-attr]
     if uring.unavailable() is None:
         assert how.get("io_uring", 0) >= 1 and how.get("thread", 0) == 0, how
     else:
         assert how.get("thread", 0) >= 1, how
-    assert _stats(m)["checksum_failures"] == 0
+    assert mount_stats(m)["checksum_failures"] == 0
 
 
 def test_a_replaced_file_under_an_open_fd_gives_old_bytes_or_eio(sc_cluster: MiniDfs, sc_dir: str, mount) -> None:  # type: ignore[no-untyped-def]
@@ -176,7 +154,7 @@ def test_a_replaced_file_under_an_open_fd_gives_old_bytes_or_eio(sc_cluster: Min
         wait_until(refused, "the open fd kept reading a deleted file")
     finally:
         os.close(fd)
-    stats = _stats(m)
+    stats = mount_stats(m)
     assert stats["short_circuit_invalidated"] >= 1  # type: ignore[operator]  # the DataNode cleared the slot
     with open(m.path(path), "rb") as f:  # a new open reads the new file, locally
         assert f.read() == new
@@ -195,9 +173,9 @@ def test_an_open_file_truncated_under_it_reads_the_replicas_as_they_are_now(  # 
     cut, past, kept = MiB + 100_000, MiB + 200_000, MiB + 4096
     fd = os.open(m.path(path), os.O_RDONLY)
     try:
-        before = _stats(m)["short_circuit_reads"]
+        before = mount_stats(m)["short_circuit_reads"]
         assert os.pread(fd, len(old), 0) == old  # the local files of both blocks are open now
-        assert _stats(m)["short_circuit_reads"] > before  # type: ignore[operator]
+        assert mount_stats(m)["short_circuit_reads"] > before  # type: ignore[operator]
         sc_cluster.truncate(path, cut)  # inside the second block: it recovers under a new stamp
         with pytest.raises(OSError) as e:
             os.pread(fd, 4096, past)
@@ -223,7 +201,7 @@ def test_a_corrupt_local_replica_is_caught_reported_and_read_elsewhere(sc_cluste
     try:
         for off in range(0, len(data), 50_000):
             assert os.pread(fd, 4096, off) == data[off : off + 4096]
-        served = _stats(m)["short_circuit_by_datanode"]
+        served = mount_stats(m)["short_circuit_by_datanode"]
         assert len(served) == 1  # type: ignore[arg-type]
         (first,) = served  # type: ignore[misc]
         sc_cluster.corrupt_replica(path, 0, first, offset=300_000)  # its file, in place: our open fds see it
@@ -231,10 +209,10 @@ def test_a_corrupt_local_replica_is_caught_reported_and_read_elsewhere(sc_cluste
         assert os.pread(fd, len(data), 0) == data
     finally:
         os.close(fd)
-    stats = _stats(m)
+    stats = mount_stats(m)
     assert stats["checksum_failures"] == 1
     assert set(stats["short_circuit_by_datanode"]) - {first}  # type: ignore[arg-type]  # another replica, locally
-    wait_until(lambda: _stats(m)["bad_block_reports"] == 1, "the corrupt replica was never reported")
+    wait_until(lambda: mount_stats(m)["bad_block_reports"] == 1, "the corrupt replica was never reported")
     assert f"reported corrupt replica(s) of block {sc_cluster.blocks(path)[0]['block_id']} on {first}" in m.log_text()
     wait_until(lambda: sc_cluster.corrupt_replicas(path) == [1], "the NameNode never marked the replica corrupt")
 
@@ -250,7 +228,7 @@ def test_a_datanode_with_short_circuit_off_is_read_over_tcp(fresh_cluster, mount
         assert Path(m.path("/f")).read_bytes() == data
         _preads(m.path("/f"), data, 50, seed=5)
     assert wire.bytes >= len(data)
-    stats = _stats(m)
+    stats = mount_stats(m)
     assert stats["short_circuit_reads"] == 0
     assert stats["short_circuit_fallbacks"] >= 1  # type: ignore[operator]
     assert stats["short_circuit_fd_requests"] == 1  # refused once, remembered

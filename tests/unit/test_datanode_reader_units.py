@@ -1,4 +1,6 @@
-"""The DataNode block reader against a real MiniDFSCluster: bytes, counts and faults."""
+"""The DataNode block reader against fake peers (what Hadoop cannot produce on demand): a DataNode
+that closes after the op, hangs, or writes small pieces, and the read status that rides on the
+next request."""
 
 from __future__ import annotations
 
@@ -15,16 +17,8 @@ from hdfsfuse.datanode.pool import ConnectionPool
 from hdfsfuse.datanode.reader import read_replica
 from hdfsfuse.stats import Stats
 from tests.conftest import random_bytes
-from tests.minidfs import MiniDfs
 
 MiB = 1 << 20
-
-
-async def accounted(cluster: MiniDfs, before: dict[str, int], read_ops: int) -> dict[str, int]:
-    """The DataNodes' counters once `read_ops` more reads are accounted. It waits in a thread so
-    the client's loop runs meanwhile: a DataNode accounts a read when it gets the read status,
-    which the client's pool sends with the socket's next request or once the socket idles."""
-    return await trio.to_thread.run_sync(cluster.metrics_after, before, read_ops)
 
 
 async def test_datanode_closing_right_after_the_op_is_an_io_failure_not_sasl() -> None:

@@ -1,5 +1,4 @@
-"""Deployment and observability: fstab through mount.fuse3, the systemd unit, sd_notify,
-identity mapping with allow_other, live stats, the metrics port and HDFS xattrs."""
+"""The systemd unit verifies (systemd-analyze)."""
 
 from __future__ import annotations
 

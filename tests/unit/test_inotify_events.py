@@ -1,5 +1,5 @@
-"""Live invalidation (-o inotify): the event decoder byte by byte, the name index, the tailing
-loop against a scripted stream, and the real mount with hour-long caches on a real cluster."""
+"""Live invalidation without a cluster: the event decoder byte by byte, the name index, the kernel
+notices, and the tailing loop against a fake stream."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Never a wrong byte: open files pinned to their identity while users replace, rename, truncate,
-snapshot and append, through the library and through the kernel mount of a real cluster."""
+"""Never a wrong byte, the pure parts: the block map refuses a changed identity and takes location
+windows in any order; the negative cache stays bounded."""
 
 from __future__ import annotations
 
@@ -10,16 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hdfsfuse import errors
-from hdfsfuse.client import ClientOptions, HdfsClient
-from tests.minidfs import MiniDfs
 
 KiB = 1024
 MiB = 1 << 20
-
-
-def library(cluster: MiniDfs) -> HdfsClient:
-    return HdfsClient.connect(cluster.uri, conf_dir=cluster.conf_dir,  # type: ignore[return-value]
-                              options=ClientOptions(hedge_after=None))
 
 
 # ----- 1. an open file is pinned to its fileId and block ids ------------------------------------

@@ -1,4 +1,5 @@
-"""The NameNode client against a real MiniDFSCluster; the Java client is the referee."""
+"""The NameNode client without a cluster: user resolution, and an unreachable NameNode named in
+the error with what was tried."""
 
 from __future__ import annotations
 

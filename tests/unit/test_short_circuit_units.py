@@ -1,6 +1,5 @@
-"""Short-circuit local reads on a real --short-circuit cluster: through the mount (exact, local,
-never another file's bytes, corrupt replicas caught, fallback), block tokens, blocks being
-written, untrusted socket paths, and fake DataNode sockets that hang or send garbage."""
+"""Short-circuit reads without a cluster: a fake DataNode socket that hangs, and a large local read
+through io_uring, verified and exact."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""HDFS's own extended attributes and ACLs through the real mount: user.* xattrs by getfattr and
-os.getxattr, ACLs as system.posix_acl_access / _default in the kernel's binary form."""
+"""HDFS ACLs as POSIX ACL xattr values: entries ordered, unknown names dropped."""
 
 from __future__ import annotations
 
