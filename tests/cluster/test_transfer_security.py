@@ -30,7 +30,7 @@ async def test_unknown_encryption_key_is_fetched_again(secure, tmp_path: Path, m
         assert c.stats.encryption_key_fetches == 1
         assert f.dn_security is not None and f.dn_security._key is not None
         f.dn_security._key.keyId ^= 0x5A5A5A5A  # a key id the DataNodes never issued
-        c.pool.close()  # the next read needs a new connection, hence a handshake
+        c.context.pool.close()  # the next read needs a new connection, hence a handshake
         assert bytes(await c.read_range(f, 5000, 1000)) == data[5000:6000]
         assert c.stats.encryption_key_fetches == 2
         await trio.lowlevel.checkpoint()
