@@ -10,7 +10,7 @@
         read per data unit, decoding around units that fail)
 
 Each block read is bounded by `Timeouts.total`. The client is a facade: it opens files and
-dispatches reads; the parts it is built from (`build`) do the work.
+dispatches reads; the parts it is built from (`bootstrap.open_parts`) do the work.
 """
 
 from __future__ import annotations
