@@ -98,7 +98,10 @@ def run(a: argparse.Namespace, work: Path, tree: Path) -> int:
                         c = contenders[name]
                         r = measure(cluster, workload, c, ops, c.argv(path, reads, warm, 1))
                         results.setdefault((workload, name), []).append(r)
-                        figure = f"{r.rate:8.0f} reads/s" if workload == "W1" else f"{r.mbps:8.1f} MB/s"
+                        if workload == "W1":
+                            figure = f"{r.rate:8.0f} reads/s  daemon {r.daemon_cpu_us_per_op:5.0f} us/read"
+                        else:
+                            figure = f"{r.mbps:8.1f} MB/s  daemon {r.daemon_cpu_seconds * 1e9 / r.app_bytes:5.3f} ms/MB"
                         print(f"round {rnd + 1} {workload} {name:8s} {figure}", flush=True)
         finally:
             for m in mounts.values():
