@@ -29,7 +29,7 @@ import struct
 from collections.abc import Iterable
 
 from hdfsfuse.datanode.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C
-from hdfsfuse.datanode.dtp import DATA_TRANSFER_VERSION
+from hdfsfuse.datanode.ops import DATA_TRANSFER_VERSION
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.wire import encode_varint
 

@@ -11,7 +11,7 @@ import dataclasses
 import math
 
 from hdfsfuse.client.blockmap import BlockMap
-from hdfsfuse.datanode import dtp
+from hdfsfuse.datanode import ops
 from hdfsfuse.datanode.context import ReadContext
 from hdfsfuse.erasure.codec import EcPolicy
 from hdfsfuse.erasure.reader import GroupPlan, group_plan
@@ -98,7 +98,7 @@ class HdfsFile:
             for loc in block.locs:
                 address = context.address(loc)
                 replicas.append((address, (loc, f"{what} on DataNode {address}")))
-            header = dtp.header_field(dtp.encode_op_header(block.b, block.blockToken, context.client_name))
+            header = ops.header_field(ops.encode_op_header(block.b, block.blockToken, context.client_name))
             plan = self._plans[start] = BlockPlan(block.b, header, replicas, what, block.blockToken)
         return plan
 

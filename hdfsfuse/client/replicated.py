@@ -22,7 +22,7 @@ from hdfsfuse.client.files import BlockPlan, HdfsFile
 from hdfsfuse.client.locator import Locator
 from hdfsfuse.client.options import ClientOptions
 from hdfsfuse.client.reports import BadBlockReports
-from hdfsfuse.datanode import dtp
+from hdfsfuse.datanode import dtp, ops
 from hdfsfuse.datanode.connection import ConnectFailed
 from hdfsfuse.datanode.context import BlockKey, ReadContext
 from hdfsfuse.datanode.hedging import HedgeTimer, Race
@@ -134,7 +134,7 @@ class _Round:
         self.outcome = _Outcome()
         self.dead = file.dead.setdefault(piece.block_start, set())
         self.pending = self.context.replicas.order(plan.replicas, self.dead, trio.current_time())
-        self.request = dtp.encode_read_block(plan.header_field, piece.offset_in_block, piece.length)
+        self.request = ops.encode_read_block(plan.header_field, piece.offset_in_block, piece.length)
         self.local = reader.short_circuit if file.finalized(piece.block_start) else None
 
     async def run(self) -> _Outcome:

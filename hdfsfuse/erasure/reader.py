@@ -24,7 +24,7 @@ from typing import Protocol
 
 import trio
 
-from hdfsfuse.datanode import dtp
+from hdfsfuse.datanode import dtp, ops
 from hdfsfuse.datanode.buffers import read_buffer
 from hdfsfuse.datanode.connection import ConnectFailed
 from hdfsfuse.datanode.context import BlockKey, ReadContext
@@ -85,7 +85,7 @@ def group_plan(block: hdfs_pb2.LocatedBlockProto, policy: EcPolicy, path: str, c
         )
         token = tokens[pos] if pos < len(tokens) else block.blockToken
         address = address_of(loc)
-        header = dtp.header_field(dtp.encode_op_header(internal, token, client_name))
+        header = ops.header_field(ops.encode_op_header(internal, token, client_name))
         what = f"internal block {index} ({internal.blockId}) of {path} on DataNode {address}"
         sources.setdefault(index, []).append(UnitSource(address, loc, internal, token, header, what))
     return GroupPlan(block.offset, lengths, sources)
@@ -246,7 +246,7 @@ class StripedReader:
             failed[unit] = "no live location" if unit in plan.sources else "no location"
             return None
         for src in sources:
-            request = dtp.encode_read_block(src.header_field, start, length)
+            request = ops.encode_read_block(src.header_field, start, length)
             security = None if file.dn_security is None else file.dn_security.for_block(src.token)
             try:
                 return await read_replica(context.pool, src.address, request, start, length, src.what,

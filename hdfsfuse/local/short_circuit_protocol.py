@@ -35,7 +35,7 @@ from collections.abc import Callable
 from google.protobuf.message import Message
 
 from hdfsfuse.datanode.checksum import Checksum
-from hdfsfuse.datanode.dtp import DATA_TRANSFER_VERSION
+from hdfsfuse.datanode.ops import DATA_TRANSFER_VERSION
 from hdfsfuse.errors import HdfsError, InvalidBlockToken, ProtocolError
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
 from hdfsfuse.wire import encode_varint, read_delimited

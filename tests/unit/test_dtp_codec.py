@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hdfsfuse import errors
-from hdfsfuse.datanode import dtp
+from hdfsfuse.datanode import dtp, ops
 from hdfsfuse.datanode.checksum import CHECKSUM_CRC32, CHECKSUM_CRC32C, CHECKSUM_NULL, Checksum, crc32, crc32c
 from hdfsfuse.errors import InvalidBlockToken, ProtocolError
 from hdfsfuse.proto import datatransfer_pb2, hdfs_pb2, rpc_pb2
@@ -64,9 +64,9 @@ def test_crc_check_values() -> None:
 def test_read_block_request_matches_protobuf_encoding() -> None:
     block = hdfs_pb2.ExtendedBlockProto(poolId="BP-1", blockId=1073741825, generationStamp=1001, numBytes=1 << 20)
     token = rpc_pb2.TokenProto(identifier=b"id", password=b"pw", kind="HDFS_BLOCK_TOKEN", service="")
-    header = dtp.encode_op_header(block, token, "hdfsfuse-test")
+    header = ops.encode_op_header(block, token, "hdfsfuse-test")
     for offset, length in [(0, 1), (4096, 4096), (1 << 19, (1 << 20) - 5), (2**40, 2**33)]:
-        wire = dtp.encode_read_block(dtp.header_field(header), offset, length)
+        wire = ops.encode_read_block(ops.header_field(header), offset, length)
         assert wire[:3] == b"\x00\x1c\x51"
         body, end = read_delimited(wire, 3, 1 << 20)
         assert end == len(wire)
