@@ -44,7 +44,6 @@ class ClientParts:
     credentials: Credentials | None
     settings: ClusterSettings
     context: ReadContext
-    cached: CachedReads | None  # the persistent block cache (also `context.cached`), when cache_dir is set
     short_circuit: ShortCircuitReads | None  # local replicas read from their files
     reports: BadBlockReports
     nursery: trio.Nursery  # owns the client's background tasks
@@ -73,7 +72,7 @@ async def open_parts(target: NameNodeTarget | ViewTarget, options: ClientOptions
                 context = ReadContext(pool, options.timeouts, stats, replicas, client_name,
                                       use_hostname=target.settings.use_datanode_hostname, cached=cached)
                 try:
-                    yield ClientParts(namenode, credentials, target.settings, context, cached, short_circuit,
+                    yield ClientParts(namenode, credentials, target.settings, context, short_circuit,
                                       BadBlockReports(stats, nursery), nursery)
                 finally:
                     pool.close()

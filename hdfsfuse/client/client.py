@@ -54,7 +54,6 @@ class HdfsClient:
         self.options = options
         self.context = parts.context
         self.stats = parts.context.stats
-        self.cached = parts.cached
         self.short_circuit = parts.short_circuit
         self.locator = Locator(user=parts.namenode.user, options=options, stats=self.stats, nursery=parts.nursery)
         self.replicated = ReplicatedReader(parts.context, locator=self.locator, reports=parts.reports,
@@ -199,7 +198,7 @@ class HdfsClient:
         local replica that served this block before (short-circuit). None: read it the usual
         way. `poll`: the caller has nothing else to do, so the block cache may poll for bytes
         on its disk (`CachedReads.read_now`)."""
-        cached = self.cached
+        cached = self.context.cached
         if file.ec_policy is not None or (cached is None and self.short_circuit is None):
             return None
         block = file.map.holding(offset, n)

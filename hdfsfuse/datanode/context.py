@@ -42,6 +42,9 @@ class CachedBlocks(Protocol):
     async def read(self, key: BlockKey, block_length: int, offset: int, length: int, fetch: Fetch,
                    still_current: Callable[[], bool]) -> bytes | bytearray | None: ...
 
+    def read_now(self, block: hdfs_pb2.ExtendedBlockProto, offset: int, length: int, *,
+                 poll: bool = False) -> bytes | bytearray | None: ...
+
 
 def xfer_address(loc: hdfs_pb2.DatanodeInfoProto, use_hostname: bool = False) -> str:
     """"host:port" of a DataNode's data port ("[v6addr]:port" for IPv6 literals)."""

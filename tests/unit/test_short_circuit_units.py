@@ -15,13 +15,10 @@ from hdfsfuse.local.short_circuit import ShortCircuitReads
 from hdfsfuse.proto import hdfs_pb2, rpc_pb2
 from hdfsfuse.stats import Stats
 from tests.conftest import random_bytes
-from tests.minidfs import short_circuit_unavailable, trusted_socket_base
+from tests.minidfs import trusted_socket_base
 from tests.page_residency import page_cache_bypass_unavailable
 
 MiB = 1 << 20
-FRESH = "entry_timeout=0,attr_timeout=0,negative_timeout=0"
-UNAVAILABLE = short_circuit_unavailable()
-pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"short-circuit cluster: {UNAVAILABLE}")
 
 
 # ----- fake DataNode sockets: what a real DataNode will not do on demand -----------------------------
