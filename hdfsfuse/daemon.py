@@ -136,6 +136,7 @@ def client_options(options: MountOptions) -> ClientOptions:
         cache_dir=options.cache_dir,
         cache_size=options.cache_size,
         short_circuit=options.short_circuit,
+        located_files=options.metadata_entries if options.identity == "mount" else 0,
     )
 
 
@@ -209,8 +210,8 @@ async def run_mount(
                 # The edit stream's own nursery: it stops (and its kernel notifications, which use
                 # the FUSE session, finish) before the session is closed below.
                 async with trio.open_nursery() as notifying:
-                    if options.inotify:
-                        await notifying.start(LiveInvalidation(client.namenode, ops, stats).run)
+                    if options.inotify and await notifying.start(LiveInvalidation(client.namenode, ops, stats).run):
+                        ops.names.until_changed()  # the edit stream tells what changed from now on
                     nursery.start_soon(_stop_on_signals)
                     log.info("mounted %s at %s", source, mountpoint)
                     ready()

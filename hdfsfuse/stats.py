@@ -47,6 +47,7 @@ class Stats:
     # local reads (block cache, short-circuit) not answered inline from memory, by how: "io_uring", "thread"
     local_disk_reads: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     files_changed: int = 0  # reads refused because an open file was replaced, truncated or deleted
+    located_windows: int = 0  # located listing pages fetched to answer lookups and opens of their names
     cache_hits: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     cache_misses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
@@ -101,6 +102,7 @@ def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failove
         "inotify_resyncs": stats.inotify_resyncs,
         "local_disk_reads": dict(sorted(stats.local_disk_reads.items())),
         "files_changed": stats.files_changed,
+        "located_windows": stats.located_windows,
         "namenode_failovers": namenode_failovers,
         "namenode_rpcs": dict(sorted(rpc_calls.items())),
         "namenode_rpcs_by_role": dict(sorted((rpcs_by_role or collections.Counter()).items())),
@@ -149,6 +151,7 @@ _HELP = {
     "inotify_changes": "Changes reported by the NameNode's edit stream (-o inotify) and invalidated.",
     "inotify_resyncs": "Times the edit stream was lost and every cached name and attribute forgotten.",
     "files_changed": "Reads refused because the open file was replaced, truncated or deleted.",
+    "located_windows": "Located listing pages fetched to answer lookups and opens of the names in them.",
     "namenode_failovers": "Switches to another NameNode.",
     "namenode_rpcs": "NameNode RPCs by method.",
     "namenode_rpcs_by_role": "NameNode RPCs answered by the active NameNode and by observers.",

@@ -24,6 +24,7 @@ import trio
 from hdfsfuse.client import checksums
 from hdfsfuse.client.bootstrap import ClientParts, open_parts
 from hdfsfuse.client.files import HdfsFile, locate_path
+from hdfsfuse.client.located import LocatedFiles
 from hdfsfuse.client.locator import Locator
 from hdfsfuse.client.options import ClientOptions
 from hdfsfuse.client.replicated import ReplicatedReader
@@ -58,6 +59,7 @@ class HdfsClient:
         self.locator = Locator(user=parts.namenode.user, options=options, stats=self.stats, nursery=parts.nursery)
         self.replicated = ReplicatedReader(parts.context, locator=self.locator, reports=parts.reports,
                                            short_circuit=parts.short_circuit, options=options, nursery=parts.nursery)
+        self.located = LocatedFiles(options.located_files)
         self.striped = StripedReader(parts.context, relocate=self.locator.locate,
                                      report_corrupt=parts.reports.internal_block)
         # SASL on DataNode connections, decided per namespace (a data-encryption key belongs to
@@ -92,19 +94,31 @@ class HdfsClient:
 
     # ----- opening files --------------------------------------------------------------------------
 
-    async def open(self, path: str, *, file_id: int = 0, namenode: NameNodeClient | ViewNameNode | None = None
-                   ) -> HdfsFile:
+    async def open(self, path: str, *, file_id: int = 0, namenode: NameNodeClient | ViewNameNode | None = None,
+                   known: FileStatus | None = None) -> HdfsFile:
         """Open a file by path, or (with `file_id`) exactly the file with that inode id.
 
         `namenode`: the connection of the identity opening it (per-caller identity); the file
         keeps using it, so its locations and block tokens are always fetched as the opener. A
         viewfs mount hands the file to the namespace that holds it.
+
+        `known`: the file's status as a listing or lookup gave it moments ago (its fileId is
+        `file_id`). The open then trusts it: it asks the NameNode once, for the locations by
+        inode path (which also proves the file still exists), or not at all when locations of
+        the unchanged file are kept (`located`).
         """
         nn, path = (namenode or self.namenode).route(path)
-        await nn.sync_for_open()
-        status = await nn.get_file_info(path if nn.router else locate_path(path, file_id))
-        if status is None or (file_id and status.fileId != file_id):
-            raise FileNotFound(f"{path}: no such file" if status is None else f"{path}: replaced by another file")
+        kept = None
+        if known is not None and file_id and known.fileId == file_id and not nn.router:
+            status = known
+            kept = self.located.find(known)
+            self.stats.cache_hits["locations" if kept is not None else "status"] += 1
+        else:
+            await nn.sync_for_open()
+            found = await nn.get_file_info(path if nn.router else locate_path(path, file_id))
+            if found is None or (file_id and found.fileId != file_id):
+                raise FileNotFound(f"{path}: no such file" if found is None else f"{path}: replaced by another file")
+            status = found
         if status.fileType == hdfs_pb2.HdfsFileStatusProto.IS_DIR:
             raise IsADirectory(f"{path}: is a directory")
         policy = self.check_supported(path, status)
@@ -114,7 +128,10 @@ class HdfsClient:
         file = HdfsFile(path, status, window=self.options.location_window_blocks * group_bytes, namenode=nn,
                         dn_security=security, ec_policy=policy,
                         by_inode=not nn.router)  # (known by now: a Router says so in every answer)
-        await self.locator.locate(file, 0, file.window)
+        if kept is not None:
+            await self.locator.apply(file, kept)
+        else:
+            self.located.remember(status, await self.locator.locate(file, 0, file.window))
         file.opened = True
         return file
 

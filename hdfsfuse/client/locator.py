@@ -18,7 +18,7 @@ from hdfsfuse.client.options import ClientOptions
 from hdfsfuse.datanode.pieces import clamp
 from hdfsfuse.errors import BlockUnavailable, FileChanged, FileNotFound, HdfsError, NotSupported
 from hdfsfuse.namenode import ipc
-from hdfsfuse.namenode.client import LocatedBlock
+from hdfsfuse.namenode.client import LocatedBlock, LocatedBlocks
 from hdfsfuse.namenode.rpc import RpcConnection
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.security.credentials import RpcAuth
@@ -34,7 +34,7 @@ class Locator:
         self.stats = stats
         self._nursery = nursery  # owns the short-lived DataNode RPC connections
 
-    async def locate(self, file: HdfsFile, offset: int, length: int) -> None:
+    async def locate(self, file: HdfsFile, offset: int, length: int) -> LocatedBlocks:
         """Fetch the window of locations at `offset` and merge it into the file's pinned block map."""
         namenode = file.namenode
         try:
@@ -48,6 +48,11 @@ class Locator:
                 raise
             self.stats.files_changed += 1
             raise FileChanged(f"{file.path} was deleted or replaced since it was opened") from None
+        await self.apply(file, lbs)
+        return lbs
+
+    async def apply(self, file: HdfsFile, lbs: LocatedBlocks) -> None:
+        """Merge an answer about the file's blocks (fetched now, or kept from an earlier one)."""
         if lbs.HasField("ecPolicy") != (file.ec_policy is not None):
             self.stats.files_changed += 1
             raise FileChanged(f"{file.path} changed since it was opened: its blocks are "

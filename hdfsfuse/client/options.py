@@ -26,4 +26,5 @@ class ClientOptions:
     cache_size: int = 10 * 1024**3
     cache_max_age: float = 1.0  # the cache answers for an open file's block described this recently
     cache_renewal_wait: float = 1.0  # how long a read waits for a renewed description, then asks DataNodes
+    located_files: int = 100_000  # block locations of unchanged files kept across opens (`located`)
     short_circuit: bool = True  # read local replicas from their files when the configuration allows it

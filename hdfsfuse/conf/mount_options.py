@@ -57,6 +57,7 @@ class MountOptions:
     request_timeout: float = 60.0  # any FUSE request answers within this bound
     hedge_after: float | None = -1.0  # seconds before asking a second replica; -1 adaptive, None off
     listing_page_cap: int | None = None
+    metadata_entries: int = 100_000  # names and file locations the mount keeps from listings and opens
     cache_dir: str | None = None  # a persistent block cache (off by default)
     cache_size: int = 10 * 1024 * MiB
     inotify: bool = False  # follow the NameNode's edit stream and invalidate what changed
@@ -166,6 +167,9 @@ Mount options (-o a,b=c):
   hedge_after=MS         ask a second replica after MS milliseconds without an answer; `auto` (the
                          default) derives it from each DataNode's recent latency; `off` never hedges
   listing_page_cap=N     stop listing a directory after N pages of 1000 entries (default: no cap)
+  metadata_entries=N     names (from listings and lookups) and block locations (of unchanged
+                         files) the mount keeps, so opening a listed file asks the NameNode
+                         nothing (default 100000 of each; 0 turns both off)
   cache_dir=DIR          keep the blocks read in a persistent local cache here (off by default);
                          entries are keyed by block id and generation stamp, so they never go
                          stale, and are verified on every read; mounts may share the directory
@@ -257,6 +261,8 @@ def _apply(opts: MountOptions, item: str) -> None:
         opts.max_background = _int(value, name, 1, 65535)
     elif name == "listing_page_cap":
         opts.listing_page_cap = _int(value, name, 1, 1 << 30)
+    elif name == "metadata_entries":
+        opts.metadata_entries = _int(value, name, 0, 100_000_000)
     elif name == "log_level":
         if value.lower() not in LOG_LEVELS:
             raise ConfigError(f"option log_level: {value!r} must be one of {', '.join(LOG_LEVELS)}")

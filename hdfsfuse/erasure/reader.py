@@ -101,7 +101,7 @@ class StripedFile(Protocol):
     def group_plan(self, start: int, policy: EcPolicy, context: ReadContext) -> GroupPlan: ...
 
 
-Relocate = Callable[[StripedFile, int, int], Awaitable[None]]  # (file, offset, length): fetch locations again
+Relocate = Callable[[StripedFile, int, int], Awaitable[object]]  # (file, offset, length): fetch locations again
 ReportCorrupt = Callable[[StripedFile, hdfs_pb2.ExtendedBlockProto, hdfs_pb2.DatanodeInfoProto, rpc_pb2.TokenProto],
                          None]
 

@@ -69,10 +69,12 @@ class Attributes:
                 return os.fsencode(self.mountpoint + target[len(self.root) :])
         return os.fsencode(target)
 
-    def store(self, inode: int, st: FileStatus) -> pyfuse3.EntryAttributes:
-        """Cache and return the kernel attributes of `inode` from a fresh status."""
+    def store(self, inode: int, st: FileStatus, expiry: float | None = None) -> pyfuse3.EntryAttributes:
+        """Cache and return the kernel attributes of `inode` from a status the NameNode gave
+        now, or (with `expiry`) one kept since that is trusted until then."""
         attrs = self.build(st, inode)
-        self._cached[inode] = (time.monotonic() + self.options.attr_timeout, attrs, st)
+        fresh_until = time.monotonic() + self.options.attr_timeout
+        self._cached[inode] = (fresh_until if expiry is None else min(expiry, fresh_until), attrs, st)
         return attrs
 
     def get(self, inode: int) -> Cached | None:

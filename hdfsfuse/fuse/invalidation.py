@@ -52,10 +52,13 @@ class Caches(Protocol):
     inodes: InodeTable
 
     def forget_cached(self, inode: int | None, parent: int | None, name: str) -> None: ...
+    def forget_path(self, path: str) -> None: ...
+    def forget_all(self) -> None: ...
 
 
 def notices(caches: Caches, change: Change) -> list[Notice]:
     """Forget what `change` made stale in our caches; return the kernel notifications it needs."""
+    caches.forget_path(change.path)
     parent, entry, name = caches.inodes.find(change.path)
     if entry is None and parent is None:
         return []
@@ -71,6 +74,7 @@ def notices(caches: Caches, change: Change) -> list[Notice]:
 
 def everything(caches: Caches) -> list[Notice]:
     """Forget every cached entry and attribute (the stream lost track)."""
+    caches.forget_all()
     out: list[Notice] = []
     for entry in caches.inodes.entries():
         caches.forget_cached(entry.inode, entry.parent.inode if entry.parent else None, entry.name)

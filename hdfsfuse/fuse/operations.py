@@ -17,6 +17,7 @@ import collections
 import errno
 import logging
 import os
+import time
 
 import pyfuse3
 import trio
@@ -30,10 +31,11 @@ from hdfsfuse.fuse.callers import Identities
 from hdfsfuse.fuse.handles import OpenFile, OpenFiles, Readahead
 from hdfsfuse.fuse.inodes import ROOT_INODE, Entry, InodeTable
 from hdfsfuse.fuse.listings import Listing
+from hdfsfuse.fuse.names import NameCache
 from hdfsfuse.fuse.owners import OwnerIds
 from hdfsfuse.fuse.readahead import ReadaheadBudget, ReadaheadPlanner, max_window
 from hdfsfuse.fuse.xattrs import ExtendedAttributes
-from hdfsfuse.namenode.client import NameNodeClient
+from hdfsfuse.namenode.client import FileStatus, NameNodeClient
 from hdfsfuse.namenode.viewfs import ViewNameNode
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.stats import snapshot
@@ -67,6 +69,9 @@ class HdfsOperations(pyfuse3.Operations):
         self.inodes = InodeTable(self.root, index_names=options.inotify)
         self.attributes = Attributes(options, self.owners, self.root, os.path.abspath(mountpoint))
         self.negative = NegativeCache(options.negative_timeout)
+        # Names and statuses from listings and lookups, for the mount's own identity only (a
+        # caller's permissions are the NameNode's to check, per request).
+        self.names = NameCache(options.entry_timeout, options.metadata_entries if options.identity == "mount" else 0)
         self.boundary = RequestBoundary(options.request_timeout)
         self.handles = OpenFiles()
         self.readahead = Readahead(client.fetch_range, ReadaheadBudget(options.readahead_total),
@@ -95,13 +100,54 @@ class HdfsOperations(pyfuse3.Operations):
         return fh
 
     def forget_cached(self, inode: int | None, parent: int | None, name: str) -> None:
-        """Drop our cached attributes of `inode` and `parent`, and a cached absence of `name` in
-        `parent` (live invalidation: the NameNode says they changed)."""
+        """Drop our cached attributes of `inode` and `parent`, and a cached absence or status of
+        `name` in `parent` (live invalidation: the NameNode says they changed)."""
         for known in (inode, parent):
             if known is not None:
                 self.attributes.forget(known)
+        if inode is not None:
+            self.client.located.forget(inode)
         if parent is not None:
-            self.negative.forget((parent, name.encode("utf-8", "surrogateescape")))
+            raw = name.encode("utf-8", "surrogateescape")
+            self.negative.forget((parent, raw))
+            self.names.forget(parent, raw)
+
+    def forget_path(self, path: str) -> None:
+        """The NameNode says `path` changed: forget what listings said about it, whether or not
+        the kernel holds it (live invalidation)."""
+        self.names.forget_path(path)
+
+    def forget_all(self) -> None:
+        """The edit stream lost track: forget every kept name and location."""
+        self.names.clear()
+        self.client.located.clear()
+
+    def _forget_entry(self, entry: Entry) -> None:
+        """The NameNode says this inode's file is gone from its name: ask again next time."""
+        self.attributes.forget(entry.inode)
+        self.client.located.forget(entry.inode)
+        if entry.parent is not None:
+            self.names.forget(entry.parent.inode, entry.name.encode("utf-8", "surrogateescape"))
+
+    async def _fetch_window(self, parent: Entry, name: bytes, *, missed: bool) -> tuple[float, FileStatus] | None:
+        """One located listing page of `parent` that holds `name` (`NameCache`): every status in
+        it is kept, with the locations of its finalized files. Returns `name`'s entry, if found."""
+        if self.inodes.by_path or parent.snapshot:
+            return None
+        now = time.monotonic()
+        start_after = self.names.window_after(parent.inode, name, now, missed=missed)
+        if start_after is None:
+            return None
+        page = await self.nn.get_listing_page(parent.nn_path, start_after, need_location=True)
+        self.stats.located_windows += 1
+        named = []
+        for status in page.partialListing:
+            if status.HasField("locations"):
+                self.client.located.remember(status, status.locations)
+                status.ClearField("locations")  # kept once, serialized, in `located`
+            named.append((status.path, status))
+        self.names.store(parent.inode, parent.shown, named, now)
+        return self.names.get(parent.inode, name, now)
 
     # ----- metadata -------------------------------------------------------------------------------
 
@@ -126,13 +172,23 @@ class HdfsOperations(pyfuse3.Operations):
             if self.negative.missing(key):
                 self.stats.cache_hits["negative"] += 1
                 raise pyfuse3.FUSEError(errno.ENOENT)
-            self.stats.cache_misses["entry"] += 1
-            st = await self.caller_namenode(ctx).get_file_link_info(self.inodes.child_path(parent, text))
-            if st is None:
-                self.negative.remember(key)
-                raise pyfuse3.FUSEError(errno.ENOENT)
+            known = self.names.get(parent_inode, name, time.monotonic()) if self.names.enabled else None
+            if known is None and self.names.enabled:
+                known = await self._fetch_window(parent, name, missed=True)
+            if known is not None:
+                self.stats.cache_hits["entry"] += 1
+                expiry, st = known
+            else:
+                self.stats.cache_misses["entry"] += 1
+                now = time.monotonic()
+                found = await self.caller_namenode(ctx).get_file_link_info(self.inodes.child_path(parent, text))
+                if found is None:
+                    self.negative.remember(key)
+                    raise pyfuse3.FUSEError(errno.ENOENT)
+                st, expiry = found, None
+                self.names.store(parent_inode, parent.shown, [(name, st)], now)
             inode = self.inodes.child(parent, text, st.fileId)
-            attrs = self.attributes.store(inode, st)
+            attrs = self.attributes.store(inode, st, expiry)
             self.inodes.referenced(inode)
             return attrs
 
@@ -155,6 +211,7 @@ class HdfsOperations(pyfuse3.Operations):
             st = await self.caller_namenode(ctx).get_file_link_info(entry.nn_path)
             if st is None or (entry.file_id and not entry.by_inode and not entry.snapshot
                               and st.fileId != entry.file_id):  # federated: another file has its path now
+                self._forget_entry(entry)
                 if cached is not None and self.handles.is_open(inode):
                     return cached[1]  # still open: it keeps its last attributes, as a deleted local file does
                 # ESTALE makes stat() look the name up again; a plain path lookup then finds what is there now.
@@ -185,7 +242,7 @@ class HdfsOperations(pyfuse3.Operations):
         directory = self.entry(inode)
         with self.boundary.request("opendir", directory.shown):
             listing = Listing(directory, self.caller_namenode(ctx), self.options.listing_page_cap)
-            await listing.next_page()
+            await self._next_page(listing)
         fh = self._new_fh()
         self._dirs[fh] = listing
         return fh
@@ -198,10 +255,10 @@ class HdfsOperations(pyfuse3.Operations):
         with self.boundary.request("readdir", directory.shown):
             if start_id < listing.base:  # rewinddir, or a seek back: list again from the start
                 listing.restart()
-                await listing.next_page()
+                await self._next_page(listing)
             while True:
                 while start_id >= listing.end and not listing.done:
-                    await listing.next_page()
+                    await self._next_page(listing)
                 if start_id >= listing.end:
                     return
                 for i in range(start_id, listing.end):
@@ -214,6 +271,15 @@ class HdfsOperations(pyfuse3.Operations):
                     # are not cached here: a huge listing costs one small inode entry per name.
                     self.inodes.referenced(inode)
                 start_id = listing.end
+
+    async def _next_page(self, listing: Listing) -> None:
+        """The listing's next page; its statuses answer lookups of its names for a while."""
+        start_after = listing.start_after
+        now = time.monotonic()
+        await listing.next_page()
+        directory = listing.directory
+        self.names.store(directory.inode, directory.shown, listing.page, now)
+        self.names.listed(directory.inode, start_after, [st for _, st in listing.page])
 
     async def releasedir(self, fh: int) -> None:
         self._dirs.pop(fh, None)
@@ -261,10 +327,13 @@ class HdfsOperations(pyfuse3.Operations):
                 path, file_id = entry.nn_path, 0  # a snapshot copy: its path is immutable
             else:
                 path, file_id = entry.nn_path, entry.file_id  # federated: by path, but still this file
+            known = await self._known_status(entry, file_id) if entry.by_inode and self.names.enabled else None
             try:
-                # Exactly this inode's file, checked by the NameNode as the caller.
-                file = await self.client.open(path, file_id=file_id, namenode=self.caller_namenode(ctx))
+                # Exactly this inode's file, checked by the NameNode as the caller (or, for the
+                # mount's identity, as a listing or lookup described it moments ago).
+                file = await self.client.open(path, file_id=file_id, namenode=self.caller_namenode(ctx), known=known)
             except FileNotFound:
+                self._forget_entry(entry)
                 if not file_id:
                     raise
                 # The kernel's name still points at a file deleted or replaced since: ESTALE
@@ -289,6 +358,20 @@ class HdfsOperations(pyfuse3.Operations):
         fh = self._new_fh()
         self.handles.add(fh, OpenFile(inode, file, ReadaheadPlanner(max_window=window)))
         return pyfuse3.FileInfo(fh=fh, direct_io=self.options.direct_io, keep_cache=keep and not self.options.direct_io)
+
+    async def _known_status(self, entry: Entry, file_id: int) -> FileStatus | None:
+        """The status of the file `entry` names, if still trusted (`Attributes.fresh`); the
+        locations of its window are fetched with one located listing when none are kept."""
+        cached = self.attributes.fresh(entry.inode)
+        if cached is None or cached[2].fileType != IS_FILE or cached[2].fileId != file_id:
+            return None
+        status = cached[2]
+        if not self.client.located.has(status) and entry.parent is not None:
+            fetched = await self._fetch_window(entry.parent, entry.name.encode("utf-8", "surrogateescape"),
+                                               missed=False)
+            if fetched is not None and fetched[1].fileId == file_id:
+                status = fetched[1]
+        return status
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
         handle = self.handles.files.get(fh)

@@ -253,10 +253,14 @@ class NameNodeClient:
         if self.observers is not None:
             await self.observers.sync()
 
-    async def get_listing_page(self, path: str, start_after: bytes = b"") -> hdfs_pb2.DirectoryListingProto:
+    async def get_listing_page(self, path: str, start_after: bytes = b"", *, need_location: bool = False
+                               ) -> hdfs_pb2.DirectoryListingProto:
+        """One page of a directory's entries after `start_after`. `need_location`: each file's
+        status also carries its block locations (the NameNode then ends a page after about
+        `dfs.ls.limit` block replicas rather than `dfs.ls.limit` entries)."""
         r = await self.call(
             "getListing",
-            hdfs_pb2.GetListingRequestProto(src=path, startAfter=start_after, needLocation=False),
+            hdfs_pb2.GetListingRequestProto(src=path, startAfter=start_after, needLocation=need_location),
             hdfs_pb2.GetListingResponseProto,
         )
         if not r.HasField("dirList"):

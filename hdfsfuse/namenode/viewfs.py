@@ -144,11 +144,12 @@ class ViewNameNode:
         client, remote = where
         return await (client.get_file_link_info(remote) if link_info else client.get_file_info(remote))
 
-    async def get_listing_page(self, path: str, start_after: bytes = b"") -> hdfs_pb2.DirectoryListingProto:
+    async def get_listing_page(self, path: str, start_after: bytes = b"", *, need_location: bool = False
+                               ) -> hdfs_pb2.DirectoryListingProto:
         where = self._where(path)
         if not isinstance(where, Internal):
             client, remote = where
-            return await client.get_listing_page(remote, start_after)
+            return await client.get_listing_page(remote, start_after, need_location=need_location)
         return await self._internal_listing(where, start_after)
 
     async def _internal_listing(self, directory: Internal, start_after: bytes) -> hdfs_pb2.DirectoryListingProto:

@@ -99,9 +99,17 @@ class _Caches:
     def __init__(self) -> None:
         self.inodes = _table()
         self.forgotten: list[tuple[int | None, int | None, str]] = []
+        self.paths: list[str] = []
+        self.cleared = 0
 
     def forget_cached(self, inode: int | None, parent: int | None, name: str) -> None:
         self.forgotten.append((inode, parent, name))
+
+    def forget_path(self, path: str) -> None:
+        self.paths.append(path)
+
+    def forget_all(self) -> None:
+        self.cleared += 1
 
 
 def test_changes_become_kernel_notices() -> None:
@@ -112,6 +120,8 @@ def test_changes_become_kernel_notices() -> None:
     assert notices(caches, Change("/data/d/f")) == [("inode", 101, True)]
     assert notices(caches, Change("/data/other/x", name_changed=True)) == []
     assert caches.forgotten == [(101, 100, "f"), (None, 100, "new"), (101, 100, "f")]
+    # Every changed path reaches the listing caches, held by the kernel or not.
+    assert caches.paths == ["/data/d/f", "/data/d/new", "/data/d/f", "/data/other/x"]
 
 
 class _Stream:
@@ -142,8 +152,9 @@ async def test_the_loop_follows_the_stream_and_resyncs_after_losing_it() -> None
     stream = _Stream([unlink, E.EventsListProto(lastTxid=-1, syncTxid=101), NameNodeUnavailable("gone"),
                       E.EventsListProto(lastTxid=-1, syncTxid=200)])
     sent: list[list[object]] = []
+    caches = _Caches()
     stats = Stats()
-    loop = LiveInvalidation(stream, _Caches(), stats, poll=0.01, send=sent.append)
+    loop = LiveInvalidation(stream, caches, stats, poll=0.01, send=sent.append)
     async with trio.open_nursery() as nursery:
         assert await nursery.start(loop.run) is True
         with trio.fail_after(5):
@@ -156,6 +167,7 @@ async def test_the_loop_follows_the_stream_and_resyncs_after_losing_it() -> None
     everything = sent[1]
     assert ("inode", ROOT_INODE, False) in everything and ("entry", 100, b"f") in everything
     assert stats.inotify_changes == 1 and stats.inotify_resyncs == 1
+    assert caches.cleared == 1  # a lost stream forgets every kept name and location
 
 
 async def test_a_refused_stream_leaves_the_timeouts_in_charge(caplog: pytest.LogCaptureFixture) -> None:

@@ -66,7 +66,7 @@ class CacheFreshness:
         """The cache may answer for the block at `start` now, with no NameNode call."""
         return not self.refused and now - self.described.get(start, -math.inf) < max_age
 
-    async def renewed(self, start: int, renew: Callable[[int], Awaitable[None]], nursery: trio.Nursery, *,
+    async def renewed(self, start: int, renew: Callable[[int], Awaitable[object]], nursery: trio.Nursery, *,
                       max_age: float, wait: float) -> bool:
         """Whether the cache may answer for the block at `start`, after renewing its description
         if it is too old (waiting `wait` at most). False: read it from the DataNodes.
@@ -96,7 +96,7 @@ class CacheFreshness:
             with trio.move_on_after(remaining):
                 await renewal.wait()
 
-    async def _renew(self, start: int, renew: Callable[[int], Awaitable[None]], done: trio.Event,
+    async def _renew(self, start: int, renew: Callable[[int], Awaitable[object]], done: trio.Event,
                      max_age: float) -> None:
         """A background task: whatever the renewal raises ends here (logged once in a row)."""
         try:

@@ -1182,7 +1182,8 @@ public final class Main {
       nn.put("rpc", nnRpc(i));
       nn.put("state", cluster.getNameNode(i).getState());
       MetricsRecordBuilder rb = MetricsAsserts.getMetrics("RpcDetailedActivityForPort" + port);
-      for (String m : new String[] {"GetListing", "GetFileInfo", "GetFileLinkInfo", "GetBlockLocations", "Msync"}) {
+      for (String m : new String[] {"GetListing", "GetFileInfo", "GetFileLinkInfo", "GetLocatedFileInfo",
+          "GetBlockLocations", "GetServerDefaults", "Msync"}) {
         long n;
         try {
           n = MetricsAsserts.getLongCounter(m + "NumOps", rb);

@@ -1,0 +1,200 @@
+"""What listings told about names, so that a later lookup, and the open after it, ask the NameNode
+nothing. Pure code.
+
+    (directory inode, name) -> (expiry, status)   what a listing page or a lookup said
+    directory inode -> Order                      the names of its last listing, in order, and
+                                                  the located windows planned over them
+    directory path -> directory inode             to forget what the edit stream says changed
+
+An entry answers lookups until its expiry: `ttl` after the NameNode gave it (entry_timeout), or,
+with live invalidation, until the edit stream says the name changed (`until_changed`). At most
+`capacity` entries are kept, the oldest dropped first.
+
+**Located windows.** A listing that carries locations (getListing with needLocation) ends a
+page after about `dfs.ls.limit` block replicas. Over a directory's listed order the windows are
+planned the way the NameNode cuts such pages (`window_starts`), so that one located listing
+answers every open in its window: the first open of a file in a window fetches the whole
+window. In a directory with no listing, after a second missed lookup within `ttl` (a loader is
+walking it), a window is fetched from the missed name on (`start_before`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import dataclasses
+import math
+
+from hdfsfuse.proto import hdfs_pb2
+
+FileStatus = hdfs_pb2.HdfsFileStatusProto
+IS_FILE = hdfs_pb2.HdfsFileStatusProto.IS_FILE
+LS_LIMIT = 1000  # dfs.ls.limit: entries per listing page, and block replicas per located page
+_SIGNED = bytes((b ^ 0x80) for b in range(256))  # the NameNode orders names as signed bytes
+
+
+def signed_key(name: bytes) -> bytes:
+    """A key that sorts names the way the NameNode does (Java's signed byte comparison)."""
+    return name.translate(_SIGNED)
+
+
+def start_before(name: bytes) -> bytes:
+    """A `startAfter` for a listing page that begins at `name` (or the names just before it)."""
+    if not name:
+        return b""
+    last = name[-1]
+    if last == 0x80:  # the least signed byte: drop it (the prefix sorts first)
+        return name[:-1]
+    return name[:-1] + bytes([(last - 1) & 0xFF])
+
+
+def replicas(status: FileStatus) -> int:
+    """The block replicas a located listing counts for `status` (the NameNode's page budget)."""
+    if status.fileType != IS_FILE or status.length <= 0:
+        return 0
+    blocks = -(-status.length // status.blocksize) if status.blocksize else 1
+    return blocks * max(1, status.block_replication)
+
+
+def window_starts(costs: list[int], limit: int = LS_LIMIT) -> list[int]:
+    """Where the NameNode would end located pages over entries of these costs (replicas each):
+    a page takes entries while fewer than `limit` and while its budget of `limit` replicas is
+    not spent (FSDirStatAndListingOp.getListing)."""
+    starts = [0]
+    budget, count = limit, 0
+    for i, cost in enumerate(costs):
+        if count == limit or budget <= 0:
+            starts.append(i)
+            budget, count = limit, 0
+        budget -= cost
+        count += 1
+    return starts
+
+
+@dataclasses.dataclass
+class Order:
+    """A directory's names as its last listing gave them (NameNode order), with their costs."""
+
+    names: list[bytes] = dataclasses.field(default_factory=list)
+    costs: list[int] = dataclasses.field(default_factory=list)
+    _starts: list[int] | None = None
+
+    def extend(self, statuses: list[FileStatus]) -> None:
+        self.names.extend(s.path for s in statuses)
+        self.costs.extend(replicas(s) for s in statuses)
+        self._starts = None
+
+    def window_after(self, name: bytes) -> bytes:
+        """The `startAfter` of the planned window that holds `name` (or would, if it is new)."""
+        if self._starts is None:
+            self._starts = window_starts(self.costs)
+        at = bisect.bisect_left(self.names, signed_key(name), key=signed_key)
+        start = self._starts[bisect.bisect_right(self._starts, min(at, len(self.names) - 1)) - 1]
+        return self.names[start - 1] if start > 0 else b""
+
+
+class NameCache:
+    def __init__(self, ttl: float, capacity: int) -> None:
+        self.ttl = ttl
+        self.capacity = capacity
+        self._entries: collections.OrderedDict[tuple[int, bytes], tuple[float, FileStatus]] = (
+            collections.OrderedDict())
+        self._orders: dict[int, Order] = {}
+        self._paths: dict[str, int] = {}  # a directory's HDFS path when listed -> its inode
+        self._misses: dict[int, float] = {}  # directory -> when a lookup in it last missed
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def enabled(self) -> bool:
+        return self.capacity > 0
+
+    def until_changed(self) -> None:
+        """Live invalidation runs: entries live until the edit stream says they changed."""
+        self.ttl = math.inf
+
+    # ----- storing ------------------------------------------------------------------------------
+
+    def store(self, directory: int, path: str, named: list[tuple[bytes, FileStatus]], now: float) -> None:
+        """Remember what a page (or a lookup) of `directory`, at HDFS `path`, said about names."""
+        if not self.enabled:
+            return
+        expiry = now + self.ttl
+        self._paths[path] = directory
+        for name, status in named:
+            key = (directory, name)
+            self._entries[key] = (expiry, status)
+            self._entries.move_to_end(key)
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+
+    def listed(self, directory: int, start_after: bytes, statuses: list[FileStatus]) -> None:
+        """A page of a plain listing walked from the start: extend the directory's order."""
+        if not self.enabled:
+            return
+        order = self._orders.get(directory)
+        if not start_after or order is None or not order.names or order.names[-1] != start_after:
+            if start_after:
+                return  # not walked from the start: no order to plan windows over
+            order = self._orders[directory] = Order()
+        order.extend(statuses)
+        while sum(len(o.names) for o in self._orders.values()) > self.capacity and len(self._orders) > 1:
+            del self._orders[next(iter(self._orders))]
+
+    # ----- answering ----------------------------------------------------------------------------
+
+    def get(self, directory: int, name: bytes, now: float) -> tuple[float, FileStatus] | None:
+        """(expiry, status) of `name` while the entry is fresh."""
+        found = self._entries.get((directory, name))
+        if found is None:
+            return None
+        if found[0] <= now:
+            del self._entries[(directory, name)]
+            return None
+        return found
+
+    def window_after(self, directory: int, name: bytes, now: float, *, missed: bool) -> bytes | None:
+        """The `startAfter` of a located window worth fetching for `name`, or None.
+
+        Planned over the directory's listed order when it has one; else, from the name on, once
+        a lookup missed in this directory before (`missed`: this request is a missed lookup)
+        within `ttl`."""
+        if not self.enabled:
+            return None
+        order = self._orders.get(directory)
+        if order is not None and order.names:
+            return order.window_after(name)
+        last = self._misses.get(directory)
+        if missed:
+            self._misses[directory] = now
+            if len(self._misses) > self.capacity:
+                self._misses = {d: t for d, t in self._misses.items() if t + self.ttl > now}
+        if last is not None and now - last < min(self.ttl, 60.0):
+            return start_before(name)
+        return None
+
+    # ----- forgetting ---------------------------------------------------------------------------
+
+    def forget(self, directory: int, name: bytes) -> None:
+        self._entries.pop((directory, name), None)
+
+    def forget_path(self, path: str) -> None:
+        """The edit stream says `path` changed: forget its entry, and whatever was listed at or
+        under it (a renamed or deleted directory)."""
+        parent, _, name = path.rpartition("/")
+        directory = self._paths.get(parent or "/")
+        if directory is not None:
+            self.forget(directory, name.encode("utf-8", "surrogateescape"))
+        below = [p for p in self._paths if p == path or p.startswith(path.rstrip("/") + "/")]
+        for p in below:
+            inode = self._paths.pop(p)
+            self._orders.pop(inode, None)
+            for key in [k for k in self._entries if k[0] == inode]:
+                del self._entries[key]
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._orders.clear()
+        self._paths.clear()
+        self._misses.clear()
