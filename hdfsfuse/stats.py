@@ -114,6 +114,10 @@ def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failove
 
 _HELP = {
     "uptime_seconds": "Seconds since the mount started.",
+    "open_files": "Files open through the mount now.",
+    "open_directories": "Directories open through the mount now.",
+    "kept_names": "Names kept from listings and lookups (metadata_entries).",
+    "kept_locations": "Files whose block locations are kept across opens (metadata_entries).",
     "app_bytes_read": "Bytes returned to applications.",
     "datanode_payload_bytes": "Data bytes received from DataNodes, chunk alignment included.",
     "amplification": "datanode_payload_bytes / app_bytes_read.",
@@ -159,7 +163,8 @@ _HELP = {
     "cache_misses": "Cache misses by cache.",
     "datanode_latency_ms": "Each DataNode's recent expected time for a 4 KiB read (milliseconds).",
 }
-_GAUGES = ("uptime_seconds", "amplification", "datanode_latency_ms", "block_cache_used_bytes",
+_GAUGES = ("uptime_seconds", "open_files", "open_directories", "kept_names", "kept_locations",
+           "amplification", "datanode_latency_ms", "block_cache_used_bytes",
            "short_circuit_open_blocks")
 _LABELS = {"namenode_rpcs": "method", "namenode_rpcs_by_role": "role", "cache_hits": "cache", "cache_misses": "cache",
            "datanode_latency_ms": "datanode", "datanode_sasl_handshakes": "layer",

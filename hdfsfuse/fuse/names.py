@@ -29,6 +29,7 @@ from hdfsfuse.proto import hdfs_pb2
 
 FileStatus = hdfs_pb2.HdfsFileStatusProto
 IS_FILE = hdfs_pb2.HdfsFileStatusProto.IS_FILE
+MISS_HORIZON = 60.0  # seconds: missed lookups further apart than this (or ttl) are not a walk
 LS_LIMIT = 1000  # dfs.ls.limit: entries per listing page, and block replicas per located page
 _SIGNED = bytes((b ^ 0x80) for b in range(256))  # the NameNode orders names as signed bytes
 
@@ -101,7 +102,7 @@ class NameCache:
             collections.OrderedDict())
         self._orders: dict[int, Order] = {}
         self._paths: dict[str, int] = {}  # a directory's HDFS path when listed -> its inode
-        self._misses: dict[int, float] = {}  # directory -> when a lookup in it last missed
+        self._misses: dict[int, tuple[float, int]] = {}  # directory -> (last missed lookup, misses in a row)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -158,21 +159,23 @@ class NameCache:
         """The `startAfter` of a located window worth fetching for `name`, or None.
 
         Planned over the directory's listed order when it has one; else, from the name on, once
-        a lookup missed in this directory before (`missed`: this request is a missed lookup)
-        within `ttl`."""
+        two lookups in a row missed in this directory (`missed`: this request is a missed
+        lookup), each within `ttl` of the one before."""
         if not self.enabled:
             return None
         order = self._orders.get(directory)
         if order is not None and order.names:
             return order.window_after(name)
-        last = self._misses.get(directory)
+        horizon = min(self.ttl, MISS_HORIZON)
+        last, count = self._misses.get(directory, (-math.inf, 0))
+        if now - last >= horizon:
+            count = 0
         if missed:
-            self._misses[directory] = now
+            count += 1
+            self._misses[directory] = (now, count)
             if len(self._misses) > self.capacity:
-                self._misses = {d: t for d, t in self._misses.items() if t + self.ttl > now}
-        if last is not None and now - last < min(self.ttl, 60.0):
-            return start_before(name)
-        return None
+                self._misses = {d: m for d, m in self._misses.items() if now - m[0] < horizon}
+        return start_before(name) if count >= 2 else None
 
     # ----- forgetting ---------------------------------------------------------------------------
 

@@ -306,7 +306,9 @@ class HdfsOperations(pyfuse3.Operations):
             calls.update(nn.calls)
             roles.update(nn.calls_by_role)
         failovers = sum(nn.failovers for nn in self.identities.clients)
-        return snapshot(self.stats, calls, failovers, self.client.context.replicas.snapshot(), roles)
+        gauges: dict[str, object] = {"open_files": len(self.handles.files), "open_directories": len(self._dirs),
+                                     "kept_names": len(self.names), "kept_locations": len(self.client.located)}
+        return {**gauges, **snapshot(self.stats, calls, failovers, self.client.context.replicas.snapshot(), roles)}
 
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
         return await self.xattrs.list(inode, ctx)
