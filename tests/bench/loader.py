@@ -150,14 +150,6 @@ def _library_worker(args: argparse.Namespace, rels: list[str]) -> None:
 # ----- the referee -----------------------------------------------------------------------------------
 
 
-def rpc_counts(cluster: MiniDfs) -> collections.Counter[str]:
-    counts: collections.Counter[str] = collections.Counter()
-    for nn in cluster.command("nn_rpc_counts")["namenodes"]:
-        for method in METHODS:
-            counts[method] += int(nn.get(method, 0))
-    return counts
-
-
 class Phase:
     """One timed phase: `workers` processes, each given its share of `order`."""
 
@@ -181,7 +173,7 @@ class Phase:
             if p.stdout.readline().strip() != "ready":
                 raise RuntimeError("a worker failed to start")
         drop_caches()
-        rpc0, m0, cpu0 = rpc_counts(self.cluster), self.cluster.metrics_total(), self._daemon_cpu()
+        rpc0, m0, cpu0 = self.cluster.rpc_counts(), self.cluster.metrics_total(), self._daemon_cpu()
         with self.cluster.wire() as wire:
             t0 = time.perf_counter()
             for p in self.procs:
@@ -192,7 +184,7 @@ class Phase:
             seconds = time.perf_counter() - t0
             time.sleep(0.3)  # in-flight packets and the DataNodes' accounting land
         daemon_cpu = self._daemon_cpu() - cpu0
-        rpc1, m1 = rpc_counts(self.cluster), self.cluster.metrics_total()
+        rpc1, m1 = self.cluster.rpc_counts(), self.cluster.metrics_total()
         for p in self.procs:
             p.stdin.close()  # type: ignore[union-attr]
             if p.wait(timeout=60) != 0:

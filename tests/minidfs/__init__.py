@@ -10,6 +10,7 @@ client (`put`), never by hdfsfuse.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import fcntl
 import itertools
@@ -479,6 +480,19 @@ class MiniDfs:
         return str(self.command("stop_datanode", path=path, block_index=block_index,
                                 internal_index=internal_index)["xfer"])
 
+    def set_replication(self, path: str, replication: int, timeout: float = 60.0) -> list[str]:
+        """Set a file's replication and wait until its (one) block has that many replicas; return them."""
+        self.command("set_replication", path=path, replication=replication)
+        deadline = time.monotonic() + timeout
+        while True:
+            xfers = list(self.blocks(path)[0]["xfer"])
+            if len(xfers) == replication:
+                return xfers
+            if time.monotonic() > deadline:
+                raise MiniDfsError(f"{path}: {len(xfers)} replicas after {timeout:g}s, not {replication}")
+            time.sleep(0.5)
+            self.command("set_replication", path=path, replication=replication)  # schedule what is missing
+
     def restart_datanode(self, xfer: str) -> None:
         self.command("restart_datanode", xfer=xfer)
 
@@ -569,6 +583,13 @@ class MiniDfs:
         """The NameNode's counters of client operations (FileInfoOps, GetListingOps, ...)."""
         reply = self.command("nn_metrics")
         return {k: int(v) for k, v in reply.items() if k != "ok"}
+
+    def rpc_counts(self) -> collections.Counter[str]:
+        """The client RPCs every NameNode has answered, by method (GetListing, GetFileInfo, ...)."""
+        counts: collections.Counter[str] = collections.Counter()
+        for nn in self.command("nn_rpc_counts")["namenodes"]:
+            counts.update({k: int(v) for k, v in nn.items() if k[:1].isupper()})
+        return counts
 
     def restart_namenode(self, index: int | None = None) -> None:
         self.command("restart_namenode", **({"index": index} if index is not None else {}))

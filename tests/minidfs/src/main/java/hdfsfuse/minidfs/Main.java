@@ -773,6 +773,14 @@ public final class Main {
       case "set_quota":
         fs().setQuota(new Path(text(cmd, "path")), cmd.get("ns").asLong(), cmd.get("space").asLong());
         break;
+      case "set_replication": {
+        // The redundancy monitor runs hourly here: schedule the new replicas now, and send them.
+        r.put("changed", fs().setReplication(new Path(text(cmd, "path")), (short) cmd.get("replication").asInt()));
+        org.apache.hadoop.hdfs.server.blockmanagement.BlockManagerTestUtil.computeAllPendingWork(
+            cluster.getNamesystem(activeNameNode()).getBlockManager());
+        cluster.triggerHeartbeats();
+        break;
+      }
       case "set_storage_policy":
         fs().setStoragePolicy(new Path(text(cmd, "path")), text(cmd, "policy"));
         break;
