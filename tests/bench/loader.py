@@ -48,18 +48,28 @@ METHODS = ("GetListing", "GetFileInfo", "GetFileLinkInfo", "GetLocatedFileInfo",
            "GetServerDefaults", "Msync")
 
 
-def expected(rel: str, size: int) -> bytes:
-    """The bytes of the data set file `rel`: every 4 KiB page names the file and its own index."""
+def expected(rel: str, size: int, touched: bool = False) -> bytes:
+    """The bytes of the data set file `rel`: every 4 KiB page names the file and its own index
+    (`--touch`: the harness's touch_many pattern instead, byte i % 256 in the i-th file of a directory)."""
+    if touched:
+        return bytes([int(rel.rsplit("-", 1)[1]) % 256]) * size
     pages = -(-size // PAGE)
     return b"".join((f"{rel}@{k:05d}".ljust(PAGE // 64 - 1) + "\n").encode() * 64 for k in range(pages))[:size]
 
 
-def names(files: int, dirs: int) -> list[str]:
+def names(files: int, dirs: int, touched: bool = False) -> list[str]:
     per_dir = -(-files // dirs)
+    if touched:
+        return [f"class-{i // per_dir:03d}/img-{i % per_dir:05d}" for i in range(files)]
     return [f"class-{i // per_dir:03d}/img-{i:06d}.bin" for i in range(files)]
 
 
-def write_data_set(cluster: MiniDfs, root: str, rels: list[str], size: int) -> None:
+def write_data_set(cluster: MiniDfs, root: str, rels: list[str], size: int, touched: bool = False) -> None:
+    if touched:  # in the harness's JVM, one command per directory: fast enough for 100,000 files
+        per_dir = collections.Counter(rel.split("/")[0] for rel in rels)
+        for directory, count in per_dir.items():
+            cluster.touch_many(f"{root}/{directory}", count, size=size, prefix="img-")
+        return
     with tempfile.TemporaryDirectory() as work:
         local = Path(work) / "f"
         for rel in rels:
@@ -114,7 +124,7 @@ def worker(args: argparse.Namespace) -> None:
         for rel in rels:
             data = read(rel)
             total += len(data)
-            wrong += data != expected(rel, args.size)
+            wrong += data != expected(rel, args.size, args.touch)
             done += 1
     print(json.dumps({"seconds": time.perf_counter() - t0, "cpu_seconds": _cpu() - c0, "files": done,
                       "bytes": total, "wrong": wrong}), flush=True)
@@ -139,7 +149,7 @@ def _library_worker(args: argparse.Namespace, rels: list[str]) -> None:
                     file = await client.open(f"{args.root}/{rel}")
                     data = await client.read_range(file, 0, file.length)
                     total += len(data)
-                    wrong += data != expected(rel, args.size)
+                    wrong += data != expected(rel, args.size, args.touch)
                     done += 1
             print(json.dumps({"seconds": time.perf_counter() - t0, "cpu_seconds": _cpu() - c0, "files": done,
                               "bytes": total, "wrong": wrong}), flush=True)
@@ -154,7 +164,7 @@ class Phase:
     """One timed phase: `workers` processes, each given its share of `order`."""
 
     def __init__(self, cluster: MiniDfs, kind: str, order: list[str], workers: int, *, scan: bool,
-                 root: str, size: int, mount: Mount | None) -> None:
+                 root: str, size: int, touch: bool, mount: Mount | None) -> None:
         self.cluster = cluster
         self.work = tempfile.TemporaryDirectory()
         self.procs = []
@@ -163,7 +173,8 @@ class Phase:
             listing.write_text("\n".join(order[k::workers]))
             argv = [sys.executable, "-m", "tests.bench.loader", "worker", "--kind", kind, "--list", str(listing),
                     "--root", root, "--size", str(size), "--uri", cluster.uri, "--conf-dir", cluster.conf_dir,
-                    *(["--mount-dir", mount.dir] if mount is not None else []), *(["--scan"] if scan else [])]
+                    *(["--mount-dir", mount.dir] if mount is not None else []), *(["--scan"] if scan else []),
+                    *(["--touch"] if touch else [])]
             self.procs.append(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
         self.daemon = daemon_pid(mount) if mount is not None else 0
 
@@ -184,6 +195,7 @@ class Phase:
             seconds = time.perf_counter() - t0
             time.sleep(0.3)  # in-flight packets and the DataNodes' accounting land
         daemon_cpu = self._daemon_cpu() - cpu0
+        peak_rss = _peak_rss_mib(self.daemon) if self.daemon else 0.0
         rpc1, m1 = self.cluster.rpc_counts(), self.cluster.metrics_total()
         for p in self.procs:
             p.stdin.close()  # type: ignore[union-attr]
@@ -200,10 +212,19 @@ class Phase:
             "rpcs": sum(rpc1[m] - rpc0[m] for m in METHODS),
             "bytesread_amp": (m1["BytesRead"] - m0["BytesRead"]) / max(1, app),
             "wire_amp": wire.bytes / max(1, app),
+            "daemon_peak_rss_mib": peak_rss,
         }
 
     def _daemon_cpu(self) -> float:
         return _process_cpu(self.daemon) if self.daemon else 0.0
+
+
+def _peak_rss_mib(pid: int) -> float:
+    """The process's peak resident set so far (VmHWM), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def contender_phases(cluster: MiniDfs, kind: str, rels: list[str], a: argparse.Namespace, seed: int,
@@ -214,7 +235,7 @@ def contender_phases(cluster: MiniDfs, kind: str, rels: list[str], a: argparse.N
         return shuffled
 
     out: dict[str, dict[str, Any]] = {}
-    common = {"root": a.root, "size": a.size}
+    common = {"root": a.root, "size": a.size, "touch": a.touch}
     mount = Mount(cluster, *mount_options, root=a.root) if kind == "mount" else None
     try:
         out["scan"] = Phase(cluster, kind, rels, 1, scan=True, mount=mount, **common).run()
@@ -237,7 +258,7 @@ def contender_phases(cluster: MiniDfs, kind: str, rels: list[str], a: argparse.N
 def median_phase(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in ("seconds", "files_per_s", "worker_cpu_us_per_file", "daemon_cpu_us_per_file", "rpcs",
-                "bytesread_amp", "wire_amp"):
+                "bytesread_amp", "wire_amp", "daemon_peak_rss_mib"):
         out[key] = round(statistics.median(r[key] for r in runs), 4)
     out["files"] = runs[0]["files"]
     out["wrong"] = sum(r["wrong"] for r in runs)
@@ -276,6 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     w.add_argument("--conf-dir", required=True)
     w.add_argument("--mount-dir")
     w.add_argument("--scan", action="store_true")
+    w.add_argument("--touch", action="store_true")
     p.add_argument("--files", type=int, default=2000)
     p.add_argument("--dirs", type=int, default=20)
     p.add_argument("--size", type=int, default=112 * 1024)
@@ -284,17 +306,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--contenders", default="mount,native,library")
     p.add_argument("--mount-option", action="append", default=[], help="extra -o option for the mount")
     p.add_argument("--root", default="/w8")
+    p.add_argument("--touch", action="store_true",
+                   help="write the data set with the harness's touch_many (fast: for 100,000 files); "
+                        "files then hold byte i %% 256, checked as such")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
+
     if a.command == "worker":
         worker(a)
         return
     kinds = a.contenders.split(",")
-    rels = names(a.files, a.dirs)
+    rels = names(a.files, a.dirs, a.touch)
     raw: dict[str, dict[str, list[dict[str, Any]]]] = {k: collections.defaultdict(list) for k in kinds}
     with MiniDfs(ClusterOptions(datanodes=3)) as cluster:
         t0 = time.perf_counter()
-        write_data_set(cluster, a.root, rels, a.size)
+        write_data_set(cluster, a.root, rels, a.size, a.touch)
         print(f"wrote {len(rels)} files in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         for r in range(a.rounds):
             for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
