@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import TracebackType
+from typing import Protocol
 
 import pyfuse3
 import trio
@@ -20,20 +20,23 @@ from hdfsfuse.errors import FileNotFound, HdfsError, to_errno
 log = logging.getLogger(__name__)
 
 
+class Named(Protocol):
+    """What a request is about, named only when a log line needs it (an inode's `Entry`)."""
+
+    @property
+    def shown(self) -> str: ...
+
+
 class RequestBoundary:
     def __init__(self, request_timeout: float) -> None:
         self.request_timeout = request_timeout
 
-    @contextmanager
-    def request(self, op: str, what: str) -> Iterator[None]:
-        """Bound a request by `request_timeout`; translate what escapes it (FUSEErrors pass)."""
-        try:
-            with trio.fail_after(self.request_timeout):
-                yield
-        except pyfuse3.FUSEError:
-            raise
-        except Exception as e:
-            raise self.error(op, what, e) from None
+    def request(self, op: str, subject: str | Named, name: str = "") -> _Request:
+        """Bound a request by `request_timeout`; translate what escapes it (FUSEErrors pass).
+
+        `subject` (and `name` inside it) is what log lines call the request's file: a path, or
+        an entry whose path is only built when a line is logged."""
+        return _Request(self, op, subject, name)
 
     def error(self, op: str, what: str, exc: Exception) -> pyfuse3.FUSEError:
         """The one translation of a failure into an errno, with its one log line."""
@@ -49,3 +52,34 @@ class RequestBoundary:
         code = to_errno(exc)
         log.error("%s %s: %s (%s)", op, what, exc, errno.errorcode.get(code, code))
         return pyfuse3.FUSEError(code)
+
+
+class _Request:
+    """`RequestBoundary.request`: trio.fail_after and the translation, without a generator."""
+
+    __slots__ = ("boundary", "name", "op", "scope", "subject")
+
+    def __init__(self, boundary: RequestBoundary, op: str, subject: str | Named, name: str) -> None:
+        self.boundary, self.op, self.subject, self.name = boundary, op, subject, name
+
+    @property
+    def what(self) -> str:
+        shown = self.subject if isinstance(self.subject, str) else self.subject.shown
+        return f"{shown}/{self.name}" if self.name else shown
+
+    def __enter__(self) -> None:
+        self.scope = trio.CancelScope(deadline=trio.current_time() + self.boundary.request_timeout)
+        self.scope.__enter__()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
+        try:
+            self.scope.__exit__(kind, exc, tb)
+        except pyfuse3.FUSEError:
+            raise
+        except Exception as e:
+            raise self.boundary.error(self.op, self.what, e) from None
+        if self.scope.cancelled_caught:  # the request's own deadline cancelled it
+            raise self.boundary.error(self.op, self.what, trio.TooSlowError())
+        if exc is None or isinstance(exc, pyfuse3.FUSEError) or not isinstance(exc, Exception):
+            return False
+        raise self.boundary.error(self.op, self.what, exc) from None

@@ -14,8 +14,8 @@ with live invalidation, until the edit stream says the name changed (`until_chan
 page after about `dfs.ls.limit` block replicas. Over a directory's listed order the windows are
 planned the way the NameNode cuts such pages (`window_starts`), so that one located listing
 answers every open in its window: the first open of a file in a window fetches the whole
-window. In a directory with no listing, after a second missed lookup within `ttl` (a loader is
-walking it), a window is fetched from the missed name on (`start_before`).
+window. In a directory with no listing, once two lookups in a row found files there (a loader is
+walking it), a window is fetched from the next name on (`start_before`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from hdfsfuse.proto import hdfs_pb2
 
 FileStatus = hdfs_pb2.HdfsFileStatusProto
 IS_FILE = hdfs_pb2.HdfsFileStatusProto.IS_FILE
-MISS_HORIZON = 60.0  # seconds: missed lookups further apart than this (or ttl) are not a walk
+WALK_HORIZON = 60.0  # seconds: lookups further apart than this (or ttl) are not one walk
 LS_LIMIT = 1000  # dfs.ls.limit: entries per listing page, and block replicas per located page
 _SIGNED = bytes((b ^ 0x80) for b in range(256))  # the NameNode orders names as signed bytes
 
@@ -85,12 +85,15 @@ class Order:
         self.costs.extend(replicas(s) for s in statuses)
         self._starts = None
 
-    def window_after(self, name: bytes) -> bytes:
-        """The `startAfter` of the planned window that holds `name` (or would, if it is new)."""
+    def window_after(self, name: bytes) -> bytes | None:
+        """The `startAfter` of the planned window that holds `name`; None when the listing did
+        not have it (a name created since, or one that does not exist: one cheap lookup)."""
+        at = bisect.bisect_left(self.names, signed_key(name), key=signed_key)
+        if at == len(self.names) or self.names[at] != name:
+            return None
         if self._starts is None:
             self._starts = window_starts(self.costs)
-        at = bisect.bisect_left(self.names, signed_key(name), key=signed_key)
-        start = self._starts[bisect.bisect_right(self._starts, min(at, len(self.names) - 1)) - 1]
+        start = self._starts[bisect.bisect_right(self._starts, at) - 1]
         return self.names[start - 1] if start > 0 else b""
 
 
@@ -102,7 +105,7 @@ class NameCache:
             collections.OrderedDict())
         self._orders: dict[int, Order] = {}
         self._paths: dict[str, int] = {}  # a directory's HDFS path when listed -> its inode
-        self._misses: dict[int, tuple[float, int]] = {}  # directory -> (last missed lookup, misses in a row)
+        self._walks: dict[int, tuple[float, int]] = {}  # directory -> (last lookup asked, files found in a row)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -155,27 +158,33 @@ class NameCache:
             return None
         return found
 
-    def window_after(self, directory: int, name: bytes, now: float, *, missed: bool) -> bytes | None:
+    def looked_up(self, directory: int, now: float, *, found: bool) -> None:
+        """A lookup in `directory` was asked of the NameNode: it found a file, or nothing (a
+        missing name ends a walk: probes for names that do not exist fetch no windows)."""
+        if not self.enabled:
+            return
+        horizon = min(self.ttl, WALK_HORIZON)
+        last, count = self._walks.get(directory, (-math.inf, 0))
+        count = count + 1 if found and now - last < horizon else int(found)
+        self._walks[directory] = (now, count)
+        if len(self._walks) > self.capacity:
+            self._walks = {d: w for d, w in self._walks.items() if now - w[0] < horizon}
+
+    def window_after(self, directory: int, name: bytes, now: float) -> bytes | None:
         """The `startAfter` of a located window worth fetching for `name`, or None.
 
-        Planned over the directory's listed order when it has one; else, from the name on, once
-        two lookups in a row missed in this directory (`missed`: this request is a missed
-        lookup), each within `ttl` of the one before."""
+        Planned over the directory's listed order when the name is in it; else, from the name
+        on, once two lookups in a row in this directory found files (a loader walking a
+        directory it did not list), each within `ttl` of the one before."""
         if not self.enabled:
             return None
         order = self._orders.get(directory)
         if order is not None and order.names:
             return order.window_after(name)
-        horizon = min(self.ttl, MISS_HORIZON)
-        last, count = self._misses.get(directory, (-math.inf, 0))
-        if now - last >= horizon:
-            count = 0
-        if missed:
-            count += 1
-            self._misses[directory] = (now, count)
-            if len(self._misses) > self.capacity:
-                self._misses = {d: m for d, m in self._misses.items() if now - m[0] < horizon}
-        return start_before(name) if count >= 2 else None
+        last, count = self._walks.get(directory, (-math.inf, 0))
+        if count >= 2 and now - last < min(self.ttl, WALK_HORIZON):
+            return start_before(name)
+        return None
 
     # ----- forgetting ---------------------------------------------------------------------------
 
@@ -200,4 +209,4 @@ class NameCache:
         self._entries.clear()
         self._orders.clear()
         self._paths.clear()
-        self._misses.clear()
+        self._walks.clear()

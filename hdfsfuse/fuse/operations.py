@@ -129,13 +129,13 @@ class HdfsOperations(pyfuse3.Operations):
         if entry.parent is not None:
             self.names.forget(entry.parent.inode, entry.name.encode("utf-8", "surrogateescape"))
 
-    async def _fetch_window(self, parent: Entry, name: bytes, *, missed: bool) -> tuple[float, FileStatus] | None:
+    async def _fetch_window(self, parent: Entry, name: bytes) -> tuple[float, FileStatus] | None:
         """One located listing page of `parent` that holds `name` (`NameCache`): every status in
         it is kept, with the locations of its finalized files. Returns `name`'s entry, if found."""
         if self.inodes.by_path or parent.snapshot:
             return None
         now = time.monotonic()
-        start_after = self.names.window_after(parent.inode, name, now, missed=missed)
+        start_after = self.names.window_after(parent.inode, name, now)
         if start_after is None:
             return None
         page = await self.nn.get_listing_page(parent.nn_path, start_after, need_location=True)
@@ -168,13 +168,13 @@ class HdfsOperations(pyfuse3.Operations):
         parent = self.entry(parent_inode)
         text = name.decode("utf-8", "surrogateescape")
         key = (parent_inode, name)
-        with self.boundary.request("lookup", f"{parent.shown}/{text}"):
+        with self.boundary.request("lookup", parent, text):
             if self.negative.missing(key):
                 self.stats.cache_hits["negative"] += 1
                 raise pyfuse3.FUSEError(errno.ENOENT)
             known = self.names.get(parent_inode, name, time.monotonic()) if self.names.enabled else None
             if known is None and self.names.enabled:
-                known = await self._fetch_window(parent, name, missed=True)
+                known = await self._fetch_window(parent, name)
             if known is not None:
                 self.stats.cache_hits["entry"] += 1
                 expiry, st = known
@@ -182,6 +182,7 @@ class HdfsOperations(pyfuse3.Operations):
                 self.stats.cache_misses["entry"] += 1
                 now = time.monotonic()
                 found = await self.caller_namenode(ctx).get_file_link_info(self.inodes.child_path(parent, text))
+                self.names.looked_up(parent_inode, now, found=found is not None)
                 if found is None:
                     self.negative.remember(key)
                     raise pyfuse3.FUSEError(errno.ENOENT)
@@ -206,7 +207,7 @@ class HdfsOperations(pyfuse3.Operations):
             return fresh[1]
         cached = self.attributes.get(inode)
         entry = self.entry(inode)
-        with self.boundary.request("getattr", entry.shown):
+        with self.boundary.request("getattr", entry):
             self.stats.cache_misses["attr"] += 1
             st = await self.caller_namenode(ctx).get_file_link_info(entry.nn_path)
             if st is None or (entry.file_id and not entry.by_inode and not entry.snapshot
@@ -230,7 +231,7 @@ class HdfsOperations(pyfuse3.Operations):
 
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
         entry = self.entry(inode)
-        with self.boundary.request("readlink", entry.shown):
+        with self.boundary.request("readlink", entry):
             cached = self.attributes.get(inode)
             st = cached[2] if cached is not None else await self.caller_namenode(ctx).get_file_link_info(entry.nn_path)
             if st is None or st.fileType != IS_SYMLINK:
@@ -240,7 +241,7 @@ class HdfsOperations(pyfuse3.Operations):
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
         """Open a listing and fetch its first page (errors such as ENOTDIR show here)."""
         directory = self.entry(inode)
-        with self.boundary.request("opendir", directory.shown):
+        with self.boundary.request("opendir", directory):
             listing = Listing(directory, self.caller_namenode(ctx), self.options.listing_page_cap)
             await self._next_page(listing)
         fh = self._new_fh()
@@ -252,7 +253,7 @@ class HdfsOperations(pyfuse3.Operations):
         if listing is None:
             raise pyfuse3.FUSEError(errno.EBADF)
         directory = listing.directory
-        with self.boundary.request("readdir", directory.shown):
+        with self.boundary.request("readdir", directory):
             if start_id < listing.base:  # rewinddir, or a seek back: list again from the start
                 listing.restart()
                 await self._next_page(listing)
@@ -322,7 +323,7 @@ class HdfsOperations(pyfuse3.Operations):
         if flags & _WRITE_FLAGS:
             raise pyfuse3.FUSEError(errno.EROFS)
         entry = self.entry(inode)
-        with self.boundary.request("open", entry.shown):
+        with self.boundary.request("open", entry):
             if entry.by_inode:
                 path, file_id = entry.shown, self.inodes.root_file_id if inode == ROOT_INODE else inode
             elif entry.snapshot:
@@ -369,8 +370,7 @@ class HdfsOperations(pyfuse3.Operations):
             return None
         status = cached[2]
         if not self.client.located.has(status) and entry.parent is not None:
-            fetched = await self._fetch_window(entry.parent, entry.name.encode("utf-8", "surrogateescape"),
-                                               missed=False)
+            fetched = await self._fetch_window(entry.parent, entry.name.encode("utf-8", "surrogateescape"))
             if fetched is not None and fetched[1].fileId == file_id:
                 status = fetched[1]
         return status

@@ -177,7 +177,7 @@ class ExtendedAttributes:
         if inode == pyfuse3.ROOT_INODE:
             return [STATS_XATTR]
         entry = self.ops.entry(inode)
-        with self.ops.boundary.request("listxattr", entry.shown):
+        with self.ops.boundary.request("listxattr", entry):
             st = await self._status(inode, ctx)
             hdfs_names = await names(self.ops.caller_namenode(ctx), entry.nn_path, st)
         shown = (list(FILE_XATTRS) if st.fileType == IS_FILE else []) + facts_for(st)
@@ -187,7 +187,7 @@ class ExtendedAttributes:
 
     async def get(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         if name == EC_XATTR:
-            with self.ops.boundary.request("getxattr", self.ops.entry(inode).shown):
+            with self.ops.boundary.request("getxattr", self.ops.entry(inode)):
                 st = await self._status(inode, ctx)
             if not st.HasField("ecPolicy"):
                 raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
@@ -201,7 +201,7 @@ class ExtendedAttributes:
             # remember that for the whole mount instead of asking for every entry.
             raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
         entry = self.ops.entry(inode)
-        with self.ops.boundary.request("getxattr", entry.shown):
+        with self.ops.boundary.request("getxattr", entry):
             st = await self._status(inode, ctx)
             if st.fileType != IS_FILE:
                 raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
@@ -218,7 +218,7 @@ class ExtendedAttributes:
     async def _hdfs_xattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         """A NameNode fact, an ACL or an HDFS user xattr (`hdfsfuse.fuse.xattrs`); ENODATA when none."""
         entry = self.ops.entry(inode)
-        with self.ops.boundary.request("getxattr", entry.shown):
+        with self.ops.boundary.request("getxattr", entry):
             nn = self.ops.caller_namenode(ctx)
             if name in FACTS:
                 value = await fact_value(nn, entry.nn_path, await self._status(inode, ctx), name)

@@ -106,8 +106,8 @@ def test_an_order_finds_the_window_of_a_name() -> None:
     assert order.window_after(b"f0333") == b""
     assert order.window_after(b"f0334") == b"f0333"
     assert order.window_after(b"f0999") == b"f0667"
-    assert order.window_after(b"f0334x") == b"f0333"  # a new name: the window where it would be
-    assert order.window_after(b"zzz") == b"f0667"
+    assert order.window_after(b"f0334x") is None  # not listed
+    assert order.window_after(b"zzz") is None
 
 
 # ----- the name cache ------------------------------------------------------------------------------
@@ -138,23 +138,31 @@ def test_capacity_drops_the_oldest() -> None:
     assert names.get(7, b"0", 100.0) is None and names.get(7, b"4", 100.0) is not None
     off = NameCache(ttl=5.0, capacity=0)
     off.store(7, "/d", [(b"a", status(b"a", 1))], now=100.0)
-    assert len(off) == 0 and off.window_after(7, b"a", 100.0, missed=True) is None
+    assert len(off) == 0 and off.window_after(7, b"a", 100.0) is None
 
 
-def test_windows_over_a_listed_order_or_after_two_missed_lookups() -> None:
+def test_windows_over_a_listed_order_or_after_two_found_lookups() -> None:
     names = NameCache(ttl=5.0, capacity=10_000)
     page = [status(b"f%04d" % i, 100 + i, length=10) for i in range(400)]
     names.listed(7, b"", page[:200])
     names.listed(7, b"f0199", page[200:])  # the next page of the same walk
-    assert names.window_after(7, b"f0350", 100.0, missed=False) == b"f0333"
+    assert names.window_after(7, b"f0350", 100.0) == b"f0333"
+    assert names.window_after(7, b"f0350x", 100.0) is None  # not listed: one cheap lookup instead
     names.listed(8, b"f0100", page[101:])  # not walked from the start: no order
-    assert names.window_after(8, b"f0350", 100.0, missed=False) is None
-    # No listing: the second missed lookup in a row fetches from the missed name on.
-    assert names.window_after(9, b"f0350", 100.0, missed=True) is None
-    assert names.window_after(9, b"f0351", 100.0, missed=False) is None  # an open is not a miss
-    assert names.window_after(9, b"f0352", 101.0, missed=True) == b"f0351"
-    assert names.window_after(9, b"f0360", 101.5, missed=False) == b"f036/"
-    assert names.window_after(9, b"f0370", 200.0, missed=True) is None  # too long since: not a walk
+    assert names.window_after(8, b"f0350", 100.0) is None
+    # No listing: once two lookups in a row found files, from the next name on.
+    assert names.window_after(9, b"f0350", 100.0) is None
+    names.looked_up(9, 100.0, found=True)
+    assert names.window_after(9, b"f0351", 100.0) is None
+    names.looked_up(9, 101.0, found=True)
+    assert names.window_after(9, b"f0360", 101.5) == b"f036/"
+    names.looked_up(9, 101.6, found=False)  # a probe for a missing name ends the walk
+    assert names.window_after(9, b"f0361", 101.7) is None
+    names.looked_up(9, 102.0, found=True)
+    names.looked_up(9, 103.0, found=True)
+    assert names.window_after(9, b"f0370", 200.0) is None  # too long since: not a walk
+    names.looked_up(9, 300.0, found=True)  # far apart: a walk starts over
+    assert names.window_after(9, b"f0371", 300.0) is None
 
 
 def test_forget_path_forgets_a_name_and_everything_listed_under_a_directory() -> None:
@@ -166,7 +174,7 @@ def test_forget_path_forgets_a_name_and_everything_listed_under_a_directory() ->
     assert names.get(7, b"a", 1.0) is None and names.get(7, b"b", 1.0) is not None
     names.forget_path("/data/d")  # renamed or deleted: its entry, and all listed under it
     assert names.get(1, b"d", 1.0) is None and names.get(7, b"b", 1.0) is None
-    assert names.window_after(7, b"b", 1.0, missed=False) is None
+    assert names.window_after(7, b"b", 1.0) is None
     assert names.get(1, b"x", 1.0) is not None
     names.clear()
     assert len(names) == 0
