@@ -14,7 +14,9 @@ Per contender and round, each phase is timed on its own, with the page cache dro
     second epoch  a new shuffled order on the same mount or clients
     cold epoch    (the mount only) a fresh mount, no listing before the epoch
 Contenders, interleaved each round: the mount in its default mode, hdfs-native (one Client per
-worker) and hdfsfuse's own library (one HdfsClient per worker). Each worker process sets up its
+worker) and hdfsfuse's own library (one HdfsClient per worker); `--contenders ...,floor` adds the
+FUSE floor (`noop_fs`: the same files as zeros from memory, not checked), what FUSE and pyfuse3
+alone cost per file. Each worker process sets up its
 client first, then waits; the clock and the referees start when all are ready.
 
 Referees per phase: the NameNode's RPC counts by method (harness `nn_rpc_counts`), the
@@ -39,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.bench.run import _process_cpu, daemon_pid, drop_caches
+from tests.bench.run import FloorMount, _process_cpu, daemon_pid, drop_caches
 from tests.minidfs import ClusterOptions, MiniDfs
 from tests.mounting import Mount
 
@@ -124,7 +126,7 @@ def worker(args: argparse.Namespace) -> None:
         for rel in rels:
             data = read(rel)
             total += len(data)
-            wrong += data != expected(rel, args.size, args.touch)
+            wrong += args.kind != "floor" and data != expected(rel, args.size, args.touch)
             done += 1
     print(json.dumps({"seconds": time.perf_counter() - t0, "cpu_seconds": _cpu() - c0, "files": done,
                       "bytes": total, "wrong": wrong}), flush=True)
@@ -164,7 +166,7 @@ class Phase:
     """One timed phase: `workers` processes, each given its share of `order`."""
 
     def __init__(self, cluster: MiniDfs, kind: str, order: list[str], workers: int, *, scan: bool,
-                 root: str, size: int, touch: bool, mount: Mount | None) -> None:
+                 root: str, size: int, touch: bool, mount: Mount | FloorMount | None) -> None:
         self.cluster = cluster
         self.work = tempfile.TemporaryDirectory()
         self.procs = []
@@ -176,7 +178,7 @@ class Phase:
                     *(["--mount-dir", mount.dir] if mount is not None else []), *(["--scan"] if scan else []),
                     *(["--touch"] if touch else [])]
             self.procs.append(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
-        self.daemon = daemon_pid(mount) if mount is not None else 0
+        self.daemon = (mount.proc.pid if isinstance(mount, FloorMount) else daemon_pid(mount)) if mount else 0
 
     def run(self) -> dict[str, Any]:
         for p in self.procs:
@@ -236,7 +238,11 @@ def contender_phases(cluster: MiniDfs, kind: str, rels: list[str], a: argparse.N
 
     out: dict[str, dict[str, Any]] = {}
     common = {"root": a.root, "size": a.size, "touch": a.touch}
-    mount = Mount(cluster, *mount_options, root=a.root) if kind == "mount" else None
+    mount: Mount | FloorMount | None = None
+    if kind == "mount":
+        mount = Mount(cluster, *mount_options, root=a.root)
+    elif kind == "floor":
+        mount = FloorMount({f"/{rel}": a.size for rel in rels})
     try:
         out["scan"] = Phase(cluster, kind, rels, 1, scan=True, mount=mount, **common).run()
         out["epoch"] = Phase(cluster, kind, order(seed), a.workers, scan=False, mount=mount, **common).run()
@@ -269,7 +275,8 @@ def median_phase(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-NAMES = {"mount": "hdfsfuse mount", "native": "hdfs-native", "library": "hdfsfuse library"}
+NAMES = {"mount": "hdfsfuse mount", "native": "hdfs-native", "library": "hdfsfuse library",
+         "floor": "FUSE floor (no-op pyfuse3 daemon)"}
 
 
 def render(report: dict[str, Any]) -> str:
@@ -289,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="command")
     w = sub.add_parser("worker")
-    w.add_argument("--kind", choices=("mount", "native", "library"), required=True)
+    w.add_argument("--kind", choices=("mount", "native", "library", "floor"), required=True)
     w.add_argument("--list", required=True)
     w.add_argument("--root", required=True)
     w.add_argument("--size", type=int, required=True)
