@@ -73,8 +73,14 @@ class Attributes:
         """Cache and return the kernel attributes of `inode` from a status the NameNode gave
         now, or (with `expiry`) one kept since that is trusted until then."""
         attrs = self.build(st, inode)
-        fresh_until = time.monotonic() + self.options.attr_timeout
-        self._cached[inode] = (fresh_until if expiry is None else min(expiry, fresh_until), attrs, st)
+        now = time.monotonic()
+        fresh_until = now + self.options.attr_timeout
+        if expiry is not None and expiry < fresh_until:
+            # A kept status: the kernel keeps it no longer than it is trusted here.
+            fresh_until = expiry
+            attrs.attr_timeout = max(0.0, expiry - now)
+            attrs.entry_timeout = min(attrs.entry_timeout, attrs.attr_timeout)
+        self._cached[inode] = (fresh_until, attrs, st)
         return attrs
 
     def get(self, inode: int) -> Cached | None:
