@@ -101,8 +101,8 @@ class NameCache:
     def __init__(self, ttl: float, capacity: int) -> None:
         self.ttl = ttl
         self.capacity = capacity
-        self._entries: collections.OrderedDict[tuple[int, bytes], tuple[float, FileStatus]] = (
-            collections.OrderedDict())
+        # Each status is kept serialized: a parsed one would keep its whole listing page alive.
+        self._entries: collections.OrderedDict[tuple[int, bytes], tuple[float, bytes]] = collections.OrderedDict()
         self._orders: dict[int, Order] = {}
         self._paths: dict[str, int] = {}  # a directory's HDFS path when listed -> its inode
         self._walks: dict[int, tuple[float, int]] = {}  # directory -> (last lookup asked, files found in a row)
@@ -128,7 +128,7 @@ class NameCache:
         self._paths[path] = directory
         for name, status in named:
             key = (directory, name)
-            self._entries[key] = (expiry, status)
+            self._entries[key] = (expiry, status.SerializeToString())
             self._entries.move_to_end(key)
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
@@ -156,7 +156,7 @@ class NameCache:
         if found[0] <= now:
             del self._entries[(directory, name)]
             return None
-        return found
+        return found[0], FileStatus.FromString(found[1])
 
     def looked_up(self, directory: int, now: float, *, found: bool) -> None:
         """A lookup in `directory` was asked of the NameNode: it found a file, or nothing (a
