@@ -78,6 +78,16 @@ class HdfsFile:
     def blocks(self) -> list[LocatedBlock]:
         return self.map.blocks
 
+    @property
+    def version(self) -> tuple[int, int, int]:
+        """What its bytes are: the length and the last block's id and generation stamp. An append,
+        a truncate or a concat changes one of them (an mtime alone may be older than they are)."""
+        blocks = self.map.blocks
+        if not blocks:
+            return (self.length, 0, 0)
+        last = blocks[-1].b
+        return (self.length, last.blockId, last.generationStamp)
+
     def forget_plans(self, starts: list[int] | None = None) -> None:
         """Drop cached op headers and replica lists (all, or those of blocks starting at `starts`)."""
         if starts is None:

@@ -7,6 +7,11 @@ from earlier opens and from listings that carried locations. A replica that move
 since is found when its DataNode refuses the read, and the reader then fetches the block's
 locations again (`Locator`); a file deleted since fails there too, never reading another file.
 
+An open trusts a kept status (and so these locations) only for a file that had not changed for a
+minute (`settled`): a file just written, appended, truncated or replaced is the one likely to
+change again, so its opens ask the NameNode, as the NFS client revalidates recently changed files
+sooner.
+
 Each entry holds the serialized `LocatedBlocksProto` (about 0.7 KiB for a one-block file with
 three replicas), at most `capacity` entries, the least recently used dropped first.
 """
@@ -19,6 +24,13 @@ from hdfsfuse.proto import hdfs_pb2
 
 FileStatus = hdfs_pb2.HdfsFileStatusProto
 LocatedBlocks = hdfs_pb2.LocatedBlocksProto
+
+SETTLED_MS = 60_000  # a file unchanged this long (by its mtime) may be opened on a kept status
+
+
+def settled(status: FileStatus, now_ms: int) -> bool:
+    """Whether an open may trust the kept `status`: its file had not changed for `SETTLED_MS`."""
+    return now_ms - status.modification_time >= SETTLED_MS
 
 
 def complete(locations: LocatedBlocks) -> bool:

@@ -23,6 +23,7 @@ import pyfuse3
 import trio
 
 from hdfsfuse.client import HdfsClient
+from hdfsfuse.client.located import settled
 from hdfsfuse.conf.mount_options import MountOptions
 from hdfsfuse.errors import FileNotFound, HdfsError
 from hdfsfuse.fuse.attributes import IS_DIR, IS_SYMLINK, Attributes, NegativeCache
@@ -79,7 +80,7 @@ class HdfsOperations(pyfuse3.Operations):
         self.xattrs = ExtendedAttributes(self, client, self.stats_snapshot)
         self._dirs: dict[int, Listing] = {}
         self._next_fh = 1
-        self._cache_keys: dict[int, tuple[int, int]] = {}  # inode -> (mtime, length) of the kept page cache
+        self._cache_keys: dict[int, tuple[int, int, int]] = {}  # inode -> `HdfsFile.version` of the kept page cache
         self._reads_waiting = 0  # reads past the inline try, awaiting their bytes
 
     def entry(self, inode: int) -> Entry:
@@ -342,7 +343,7 @@ class HdfsOperations(pyfuse3.Operations):
                 # The kernel's name still points at a file deleted or replaced since: ESTALE
                 # makes the VFS look the name up again and open what is there now.
                 raise pyfuse3.FUSEError(errno.ESTALE) from None
-        key = (file.status.modification_time, file.length)
+        key = file.version
         keep = self._cache_keys.get(inode) == key
         self._cache_keys[inode] = key
         cached = self.attributes.get(inode)
@@ -369,6 +370,8 @@ class HdfsOperations(pyfuse3.Operations):
         if cached is None or cached[2].fileType != IS_FILE or cached[2].fileId != file_id:
             return None
         status = cached[2]
+        if not settled(status, time.time_ns() // 1_000_000):
+            return None  # changed in the last minute: likely to change again, so the open asks
         if not self.client.located.has(status) and entry.parent is not None:
             fetched = await self._fetch_window(entry.parent, entry.name.encode("utf-8", "surrogateescape"))
             if fetched is not None and fetched[1].fileId == file_id:

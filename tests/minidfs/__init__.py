@@ -449,9 +449,19 @@ class MiniDfs:
         fields = {k: v for k, v in (("owner", owner), ("group", group)) if v is not None}
         self.command("chown", path=path, **fields)
 
-    def touch_many(self, path: str, count: int, size: int = 0, prefix: str = "f-") -> None:
-        """Create `count` files `prefix00000`... of `size` bytes each (byte i % 256) in `path`."""
-        self.command("touch_many", path=path, count=count, size=size, prefix=prefix, timeout=600)
+    def touch_many(self, path: str, count: int, size: int = 0, prefix: str = "f-", mtime: int | None = None) -> None:
+        """Create `count` files `prefix00000`... of `size` bytes each (byte i % 256) in `path`
+        (`mtime`: then set their modification time, ms since the epoch)."""
+        fields = {} if mtime is None else {"mtime": mtime}
+        self.command("touch_many", path=path, count=count, size=size, prefix=prefix, timeout=600, **fields)
+
+    def set_times(self, path: str, mtime: int) -> None:
+        """Set a file's modification time (ms since the epoch): a data set written long ago."""
+        self.command("set_times", path=path, mtime=mtime)
+
+    def age(self, path: str, seconds: float = 3600) -> None:
+        """Make a file look written `seconds` ago (an open trusts kept statuses only of settled files)."""
+        self.set_times(path, int((time.time() - seconds) * 1000))
 
     def symlink(self, target: str, path: str) -> None:
         self.command("symlink", target=target, path=path)

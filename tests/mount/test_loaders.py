@@ -59,12 +59,14 @@ def _calls(cluster: MiniDfs, before: collections.Counter[str]) -> dict[str, int]
 
 @pytest.fixture(scope="module")
 def data_set(cluster: MiniDfs) -> tuple[str, list[str]]:
-    """4 directories of 100 small files (ImageFolder's shape), written by the Java client."""
+    """4 directories of 100 small files (ImageFolder's shape), written by the Java client an hour
+    ago (an open trusts kept statuses only of files that had not changed for a minute)."""
     root = "/t/loaders/set"
     cluster.delete("/t/loaders")
     rels = [f"c{d}/img-{i:05d}" for d in range(4) for i in range(100)]
+    an_hour_ago = int((time.time() - 3600) * 1000)
     for d in range(4):
-        cluster.touch_many(f"{root}/c{d}", 100, size=2048, prefix="img-")
+        cluster.touch_many(f"{root}/c{d}", 100, size=2048, prefix="img-", mtime=an_hour_ago)
     return root, rels
 
 
@@ -135,11 +137,12 @@ def _read(path: str) -> bytes | OSError:
 
 @pytest.fixture
 def kept(cluster: MiniDfs, mount, data_dir: str):  # type: ignore[no-untyped-def]
-    """A listed directory whose files were all read once (their locations kept), mounted with
-    2-second caches. Returns (mount, {name: content})."""
+    """A listed directory of settled files (written an hour ago, by their mtimes) that were all
+    read once (their locations kept), mounted with 2-second caches. Returns (mount, {name: content})."""
     contents = {f"f{i}": random_bytes(40_000 + 1000 * i, seed=4800 + i) for i in range(6)}
     for name, data in contents.items():
         cluster.put_bytes(data, f"{data_dir}/{name}")
+        cluster.age(f"{data_dir}/{name}")
     m = mount(cluster, SHORT, root=data_dir)
     assert sorted(os.listdir(m.dir)) == sorted(contents)
     for name, data in contents.items():
@@ -205,6 +208,7 @@ def test_a_moved_replica_is_fetched_again(fresh_cluster, mount) -> None:  # type
     cluster = fresh_cluster(datanodes=3, replication=1)
     data = random_bytes(300_000, seed=4902)
     cluster.put_bytes(data, "/moved/f")
+    cluster.age("/moved/f")
     m = mount(cluster, root="/moved")
     os.listdir(m.dir)
     assert Path(m.path("/f")).read_bytes() == data  # its one location is kept
@@ -222,6 +226,7 @@ def test_with_inotify_kept_names_outlive_the_timeouts_until_a_change(cluster: Mi
     contents = {f"f{i}": random_bytes(5000, seed=4910 + i) for i in range(3)}
     for name, data in contents.items():
         cluster.put_bytes(data, f"{data_dir}/{name}")
+        cluster.age(f"{data_dir}/{name}")
     m = mount(cluster, "inotify", "entry_timeout=1,attr_timeout=1", root=data_dir)
     os.listdir(m.dir)
     time.sleep(1.5)  # past entry_timeout: without the edit stream, the names would be asked again

@@ -7,7 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hdfsfuse.client.located import LocatedFiles, complete
+from hdfsfuse.client.located import SETTLED_MS, LocatedFiles, complete, settled
 from hdfsfuse.fuse.names import (
     NameCache,
     Order,
@@ -220,3 +220,11 @@ def test_complete_locations() -> None:
     assert complete(located(0, []))
     assert not complete(located(10, []))
     assert not complete(located(150, [100, 50], under_construction=True))
+
+
+def test_only_a_file_unchanged_for_a_minute_is_opened_on_trust() -> None:
+    st_ = status(b"f", 7, mtime=1_000_000)
+    assert not settled(st_, 1_000_000)  # just written
+    assert not settled(st_, 1_000_000 + SETTLED_MS - 1)
+    assert settled(st_, 1_000_000 + SETTLED_MS)
+    assert not settled(st_, 999_000)  # a NameNode clock ahead of ours: not settled either

@@ -605,17 +605,26 @@ public final class Main {
         int count = cmd.get("count").asInt();
         int size = cmd.has("size") ? cmd.get("size").asInt() : 0;
         String prefix = cmd.has("prefix") ? text(cmd, "prefix") : "f-";
+        long mtime = cmd.has("mtime") ? cmd.get("mtime").asLong() : -1;  // ms since the epoch; -1: now
         DistributedFileSystem fs = fs();
         fs.mkdirs(dir);
         byte[] payload = new byte[size];
         for (int i = 0; i < count; i++) {
-          try (FSDataOutputStream o = fs.create(new Path(dir, String.format("%s%05d", prefix, i)), true)) {
+          Path file = new Path(dir, String.format("%s%05d", prefix, i));
+          try (FSDataOutputStream o = fs.create(file, true)) {
             java.util.Arrays.fill(payload, (byte) i);
             o.write(payload);
+          }
+          if (mtime >= 0) {
+            fs.setTimes(file, mtime, -1);
           }
         }
         break;
       }
+      case "set_times":
+        // A file's modification time (ms since the epoch), as a data set written long ago has.
+        fs().setTimes(new Path(text(cmd, "path")), cmd.get("mtime").asLong(), -1);
+        break;
       case "symlink":
         fs().createSymlink(new Path(text(cmd, "target")), new Path(text(cmd, "path")), false);
         break;
