@@ -25,16 +25,15 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from hdfsfuse.client import ClientOptions, HdfsClient
+from hdfsfuse.client import HdfsClient
+from hdfsfuse.client.options import from_mount_options
 from hdfsfuse.conf.hadoop import NameNodeTarget, ViewTarget
 from hdfsfuse.conf.mount_options import MountOptions
 from hdfsfuse.datanode.buffers import keep_read_buffers
-from hdfsfuse.datanode.connection import Timeouts
 from hdfsfuse.errors import ConfigError
 from hdfsfuse.fuse.invalidation import LiveInvalidation
 from hdfsfuse.fuse.operations import HdfsOperations
 from hdfsfuse.local.io_threads import shorten_switch_interval
-from hdfsfuse.security.credentials import SecurityOptions
 from hdfsfuse.stats import Stats, prometheus
 
 log = logging.getLogger(__name__)
@@ -124,22 +123,6 @@ def notify_systemd(message: str) -> None:
             log.warning("could not notify systemd: %s", e)
 
 
-def client_options(options: MountOptions) -> ClientOptions:
-    return ClientOptions(
-        user=options.user,
-        security=SecurityOptions(keytab=options.keytab, principal=options.principal, token_file=options.token_file),
-        timeouts=Timeouts(connect=options.connect_timeout, read=options.read_timeout, total=options.total_timeout),
-        namenode_total_timeout=options.namenode_timeout,
-        namenode_call_timeout=min(20.0, options.namenode_timeout),
-        namenode_connect_timeout=options.connect_timeout,
-        hedge_after=options.hedge_after,
-        cache_dir=options.cache_dir,
-        cache_size=options.cache_size,
-        short_circuit=options.short_circuit,
-        located_files=options.metadata_entries if options.identity == "mount" else 0,
-    )
-
-
 def check_identity(options: MountOptions, client: HdfsClient) -> None:
     """Per-caller identity needs credentials that can stand for other users."""
     creds = client.credentials
@@ -192,7 +175,7 @@ async def run_mount(
     keep_read_buffers()
     shorten_switch_interval()
     stats = Stats()
-    async with HdfsClient.open_target(target, options=client_options(options), stats=stats) as client:
+    async with HdfsClient.open_target(target, options=from_mount_options(options), stats=stats) as client:
         check_identity(options, client)
         async with trio.open_nursery() as nursery:
             ops = HdfsOperations(client, target.path, options, mountpoint, nursery)

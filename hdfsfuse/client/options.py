@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from hdfsfuse.conf.mount_options import MountOptions
 from hdfsfuse.datanode.connection import Timeouts
 from hdfsfuse.security.credentials import SecurityOptions
 
@@ -28,3 +29,20 @@ class ClientOptions:
     cache_renewal_wait: float = 1.0  # how long a read waits for a renewed description, then asks DataNodes
     located_files: int = 100_000  # block locations of unchanged files kept across opens (`located`)
     short_circuit: bool = True  # read local replicas from their files when the configuration allows it
+
+
+def from_mount_options(options: MountOptions) -> ClientOptions:
+    """The client a mount (or the fsspec filesystem, from the same options) reads with."""
+    return ClientOptions(
+        user=options.user,
+        security=SecurityOptions(keytab=options.keytab, principal=options.principal, token_file=options.token_file),
+        timeouts=Timeouts(connect=options.connect_timeout, read=options.read_timeout, total=options.total_timeout),
+        namenode_total_timeout=options.namenode_timeout,
+        namenode_call_timeout=min(20.0, options.namenode_timeout),
+        namenode_connect_timeout=options.connect_timeout,
+        hedge_after=options.hedge_after,
+        cache_dir=options.cache_dir,
+        cache_size=options.cache_size,
+        short_circuit=options.short_circuit,
+        located_files=options.metadata_entries if options.identity == "mount" else 0,
+    )

@@ -191,13 +191,14 @@ Mount options (-o a,b=c):
 
 def parse_options(option_strings: list[str]) -> MountOptions:
     """Parse the arguments of every -o (each a comma-separated list)."""
+    return parse_items([item for group in option_strings for raw in group.split(",") if (item := raw.strip())])
+
+
+def parse_items(items: list[str]) -> MountOptions:
+    """Parse options one `name` or `name=value` each (a value may hold commas), and check them together."""
     opts = MountOptions()
-    for group in option_strings:
-        for raw in group.split(","):
-            item = raw.strip()
-            if not item:
-                continue
-            _apply(opts, item)
+    for item in items:
+        _apply(opts, item)
     if (opts.keytab is None) != (opts.principal is None):
         raise ConfigError("options keytab and principal go together: -o keytab=FILE,principal=NAME")
     if opts.identity != "mount" and not opts.allow_other:
