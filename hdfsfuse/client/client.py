@@ -135,6 +135,25 @@ class HdfsClient:
         file.opened = True
         return file
 
+    async def open_range(self, path: str, offset: int, length: int) -> HdfsFile:
+        """A file for one read of [offset, offset+length): a single getBlockLocations of exactly
+        that range answers for every block it touches, and nothing else is asked (no
+        getFileInfo). Pinned to those block ids: a block fetched again (a replica refused) that
+        is not the same block fails the read with FileChanged. For more reads, `open`."""
+        nn, path = self.namenode.route(path)
+        await nn.sync_for_open()
+        lbs = await nn.get_block_locations(path, offset, max(1, length))
+        status = hdfs_pb2.HdfsFileStatusProto(fileType=hdfs_pb2.HdfsFileStatusProto.IS_FILE, length=lbs.fileLength)
+        if lbs.HasField("ecPolicy"):
+            status.ecPolicy.CopyFrom(lbs.ecPolicy)
+        policy = self.check_supported(path, status)
+        security = await self.check_data_transfer(nn)
+        group_bytes = 128 * 1024 * 1024 * (policy.data_units if policy is not None else 1)
+        file = HdfsFile(path, status, window=self.options.location_window_blocks * group_bytes, namenode=nn,
+                        dn_security=security, ec_policy=policy, by_inode=False)
+        await self.locator.apply(file, lbs)
+        return file
+
     @staticmethod
     def check_supported(path: str, status: FileStatus) -> EcPolicy | None:
         """Refuse what cannot be read; return the erasure-coding policy (an unknown codec fails here)."""

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+WHOLE_FILE = 1 << 62  # a range past any file's end: the locations of all its blocks
 CONCURRENT_READS = 16  # spans of one cat_ranges call read at once
 
 _EXCEPTIONS: dict[int, type[OSError]] = {
@@ -110,7 +111,14 @@ class Core:
         return await self.client.read_range(file, offset, length)
 
     async def cat(self, path: str, start: int | None, end: int | None) -> bytes | bytearray:
-        file = await self.open(path)
+        """One read: its locations in one NameNode call (`HdfsClient.open_range`)."""
+        known = start is not None and start >= 0 and end is not None and end >= 0
+        offset, length = (start, max(0, end - start)) if known else (0, WHOLE_FILE)  # type: ignore[operator]
+        try:
+            file = await self.client.open_range(path, offset, length)
+        except FileNotFound:
+            await self.client.open(path)  # the precise error: no such file, or a directory
+            raise
         lo, hi = resolve(start, end, file.length)
         return await self.read(file, lo, hi - lo)
 
