@@ -90,7 +90,9 @@ def worker(a: argparse.Namespace) -> None:
         data = fs.cat_file("/bench/large")
         assert len(data) == size
         ops, app = 1, size
-    print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": _cpu() - c0, "ops": ops, "app_bytes": app}))
+    print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": _cpu() - c0, "ops": ops, "app_bytes": app}),
+          flush=True)
+    os._exit(0)  # hdfs-native's runtime can abort while the interpreter tears down ("terminate called ...")
 
 
 def _write_data(cluster: MiniDfs, size_mib: int) -> None:

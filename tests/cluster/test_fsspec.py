@@ -271,6 +271,10 @@ def test_viewfs(federated: MiniDfs, tmp_path: Path) -> None:
     assert fs.ls("/", detail=False) == ["/a", "/b"]
     with fs.open("viewfs://lake/b/y") as f:
         assert f.read() == b
+    meta = _wide_file(federated, tmp_path / "wide.parquet", f"{ns1}/fb/wide.parquet")
+    assert _one_column_read_costs(federated, fs, "/b/wide.parquet", meta) <= 1.1
+    with fs.open("/b/wide.parquet") as f:
+        assert pd.read_parquet(f, columns=["c7"]).equals(pd.read_parquet(tmp_path / "wide.parquet", columns=["c7"]))
 
 
 def test_kerberos_with_a_keytab(secure, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -282,6 +286,10 @@ def test_kerberos_with_a_keytab(secure, monkeypatch: pytest.MonkeyPatch, tmp_pat
     fs = _fs(cluster, keytab=k["client_keytab"], principal=k["client_principal"])
     assert fs.cat_file("/krb/f") == data
     assert fs.cat_ranges(["/krb/f"], [1000], [2000]) == [data[1000:2000]]
+    meta = _wide_file(cluster, tmp_path / "wide.parquet", "/krb/wide.parquet")
+    assert _one_column_read_costs(cluster, fs, "/krb/wide.parquet", meta) <= 1.1
+    with fs.open("/krb/wide.parquet") as f:
+        assert pd.read_parquet(f, columns=["c7"]).equals(pd.read_parquet(tmp_path / "wide.parquet", columns=["c7"]))
     cluster.put_bytes(b"secret", "/krb/private")
     cluster.chmod("/krb/private", "600")  # the harness's superuser owns it
     with pytest.raises(PermissionError, match=r"read /krb/private: .*Permission denied.*\(EACCES\)"):
