@@ -3,8 +3,8 @@ that are not trio: plain threads (the sync face) and asyncio (the async face).
 
 The loop is started on first use and belongs to the process that started it. A process forked
 from it (dask, multiprocessing and PyTorch workers) finds the portal stale and starts its own
-loop, connections and logins: it never touches the parent's sockets. Stopped when the filesystem
-is garbage-collected or at interpreter exit.
+loop, connections and logins: it never touches the parent's sockets. Stopped by the
+filesystem's `close()`, else at interpreter exit.
 """
 
 from __future__ import annotations
