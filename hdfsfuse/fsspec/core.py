@@ -75,24 +75,13 @@ class Core:
 
     async def ls(self, path: str) -> list[dict[str, Any]]:
         try:
-            entries = await self._listing(path)
+            entries = await self.namenode.list_dir(path)
         except NotADirectory:
             status = await self.namenode.get_file_info(path)
             if status is None:
                 raise FileNotFound(f"{path}: no such file or directory") from None
             return [infos.info(path, status)]
         return [infos.info(infos.join(path, e.path.decode("utf-8", "surrogateescape")), e) for e in entries]
-
-    async def _listing(self, path: str) -> list[infos.FileStatus]:
-        """Every entry of a directory, page by page (a viewfs directory too)."""
-        entries: list[infos.FileStatus] = []
-        start_after = b""
-        while True:
-            page = await self.namenode.get_listing_page(path, start_after)
-            entries.extend(page.partialListing)
-            if page.remainingEntries == 0 or not page.partialListing:
-                return entries
-            start_after = page.partialListing[-1].path
 
     async def content_length(self, path: str) -> int:
         return (await self.namenode.get_content_summary(path)).length

@@ -59,6 +59,8 @@ class AdaptiveReadahead(BaseCache):
         data = self.fetcher(fetch_from, fetch_to)
         self.total_requested_bytes += fetch_to - fetch_from
         self.buffer, self.buffer_start = memoryview(data), fetch_from
+        if not head and fetch_to == stop:
+            return bytes(data)  # exactly what was asked (no copy when the read returned bytes)
         return head + bytes(self.buffer[: stop - fetch_from])
 
 

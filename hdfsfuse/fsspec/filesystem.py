@@ -20,12 +20,13 @@ from fsspec.asyn import AsyncFileSystem
 from fsspec.spec import AbstractFileSystem
 from fsspec.utils import stringify_path
 
+from hdfsfuse.client.files import HdfsFile
 from hdfsfuse.client.options import from_mount_options
 from hdfsfuse.conf.hadoop import load_hadoop_conf, resolve_source
 from hdfsfuse.errors import ConfigError, HdfsError
 from hdfsfuse.fsspec import info as infos
 from hdfsfuse.fsspec.core import Core, cat_ranges, python_error
-from hdfsfuse.fsspec.files import AdaptiveReadahead, HdfsBufferedFile
+from hdfsfuse.fsspec.files import AdaptiveReadahead, HdfsBufferedFile, Reads
 from hdfsfuse.fsspec.options import parse_storage_options
 from hdfsfuse.fsspec.portal import Portal
 from hdfsfuse.fsspec.ranges import GAP
@@ -55,6 +56,15 @@ def _kwargs_from_url(path: str) -> dict[str, Any]:
     if colon and port.isdigit():
         return {"host": host, "port": int(port)}
     return {"host": authority}
+
+
+def _returned(results: list[bytes | bytearray | OSError], on_error: str) -> list[bytes | Exception]:
+    """`cat_ranges` results as fsspec wants them: failures in place, or the first raised."""
+    if on_error == "raise":
+        for r in results:
+            if isinstance(r, OSError):
+                raise r
+    return [r if isinstance(r, OSError) else bytes(r) for r in results]
 
 
 class Connection:
@@ -96,6 +106,29 @@ class Connection:
     async def call_async(self, op: str, what: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         portal, core = await asyncio.to_thread(self._ready)
         return await asyncio.wrap_future(portal.submit(core.bounded, op, what, fn, *args))
+
+    def open_file(self, fs: Reads, path: str, mode: str, block_size: int | None,
+                  cache_options: dict[str, Any] | None, **kwargs: Any) -> HdfsBufferedFile:
+        """`open(path, "rb")` of either face: the file pinned at open, read through `fs.read_open`."""
+        if mode != "rb":
+            self.read_only(f"open {path} with mode {mode!r}")
+        file = self.call("open", path, self.core().open, path)
+        return HdfsBufferedFile(fs, path, file, readahead_max=self.options.readahead_max,
+                                cache_type=kwargs.pop("cache_type", AdaptiveReadahead.name),
+                                cache_options=cache_options, block_size=block_size, **kwargs)
+
+    def read_open(self, file: HdfsFile, path: str, start: int, end: int) -> bytes | bytearray:
+        """[start, end) of a file `open_file` returned (the file it opened, whatever its path names now)."""
+        return self.call("read", f"{path} [{start}, +{end - start})", self.core().read, file, start, end - start)
+
+    def ranges(self, paths: list[str], starts: Any, ends: Any, max_gap: int | None
+               ) -> tuple[list[str], list[int | None], list[int | None], int]:
+        """`cat_ranges` arguments checked: one start and end per path, and the gap."""
+        starts = starts if isinstance(starts, list) else [starts] * len(paths)
+        ends = ends if isinstance(ends, list) else [ends] * len(paths)
+        if len(starts) != len(paths) or len(ends) != len(paths):
+            raise ValueError("cat_ranges: paths, starts and ends must have the same length")
+        return paths, starts, ends, GAP if max_gap is None else max_gap
 
     def read_only(self, what: str) -> NoReturn:
         raise PermissionError(errno.EROFS, f"{self.url_prefix}: read-only filesystem: cannot {what}")
@@ -183,33 +216,16 @@ class HdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
                    on_error: str = "return", **kwargs: Any) -> list[bytes | Exception]:
         """Exact reads of every range, concurrently; ranges of a file closer than `max_gap`
         (default 8 KiB) are read as one."""
-        paths = [self._strip_protocol(p) for p in paths]
-        starts = starts if isinstance(starts, list) else [starts] * len(paths)
-        ends = ends if isinstance(ends, list) else [ends] * len(paths)
-        if len(starts) != len(paths) or len(ends) != len(paths):
-            raise ValueError("cat_ranges: paths, starts and ends must have the same length")
-        gap = GAP if max_gap is None else max_gap
-        core = self.connection.core()
-        results = self._call("read", f"{len(paths)} ranges", cat_ranges, core, paths, starts, ends, gap)
-        if on_error == "raise":
-            for r in results:
-                if isinstance(r, OSError):
-                    raise r
-        return results  # type: ignore[return-value]
+        args = self.connection.ranges([self._strip_protocol(p) for p in paths], starts, ends, max_gap)
+        results = self._call("read", f"{len(paths)} ranges", cat_ranges, self.connection.core(), *args)
+        return _returned(results, on_error)
 
     def _open(self, path: str, mode: str = "rb", block_size: int | None = None, autocommit: bool = True,
               cache_options: dict[str, Any] | None = None, **kwargs: Any) -> HdfsBufferedFile:
-        if mode != "rb":
-            self.connection.read_only(f"open {path} with mode {mode!r}")
-        file = self._call("open", path, self.connection.core().open, path)
-        return HdfsBufferedFile(self, path, file, readahead_max=self.connection.options.readahead_max,
-                                cache_type=kwargs.pop("cache_type", AdaptiveReadahead.name),
-                                cache_options=cache_options, block_size=block_size, **kwargs)
+        return self.connection.open_file(self, path, mode, block_size, cache_options, **kwargs)
 
-    def read_open(self, file: Any, path: str, start: int, end: int) -> bytes | bytearray:
-        """[start, end) of a file `open` returned (the file it opened, whatever its path names now)."""
-        return self._call("read", f"{path} [{start}, +{end - start})", self.connection.core().read, file, start,
-                          end - start)
+    def read_open(self, file: HdfsFile, path: str, start: int, end: int) -> bytes | bytearray:
+        return self.connection.read_open(file, path, start, end)
 
     # ----- read-only --------------------------------------------------------------------------------
 
@@ -265,9 +281,6 @@ class AsyncHdfsFileSystem(AsyncFileSystem):  # type: ignore[misc]
         fsspec_kwargs = {k: storage_options.pop(k) for k in _FSSPEC_KWARGS if k in storage_options}
         super().__init__(asynchronous=asynchronous, loop=loop, **fsspec_kwargs)
         self.connection = Connection(host, port, uri, storage_options)
-        self._sync = HdfsFileSystem.__new__(HdfsFileSystem)  # files opened through the sync face's reads
-        AbstractFileSystem.__init__(self._sync)
-        self._sync.connection = self.connection
 
     _strip_protocol = HdfsFileSystem._strip_protocol
     _get_kwargs_from_urls = staticmethod(_kwargs_from_url)
@@ -290,13 +303,21 @@ class AsyncHdfsFileSystem(AsyncFileSystem):  # type: ignore[misc]
 
     async def _cat_ranges(self, paths: list[str], starts: Any, ends: Any, max_gap: int | None = None,
                           on_error: str = "return", **kwargs: Any) -> list[bytes | Exception]:
-        return await asyncio.to_thread(self._sync.cat_ranges, paths, starts, ends, max_gap, on_error)
+        args = self.connection.ranges([self._strip_protocol(p) for p in paths], starts, ends, max_gap)
+        core = await asyncio.to_thread(self.connection.core)
+        results = await self.connection.call_async("read", f"{len(paths)} ranges", cat_ranges, core, *args)
+        return _returned(results, on_error)
 
     def _core_fn(self, name: str) -> Callable[..., Awaitable[Any]]:
         return getattr(self.connection.core(), name)  # type: ignore[no-any-return]
 
-    def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> HdfsBufferedFile:
-        return self._sync._open(self._strip_protocol(path), mode, **kwargs)
+    def _open(self, path: str, mode: str = "rb", block_size: int | None = None,
+              cache_options: dict[str, Any] | None = None, **kwargs: Any) -> HdfsBufferedFile:
+        kwargs.pop("autocommit", None)
+        return self.connection.open_file(self, self._strip_protocol(path), mode, block_size, cache_options, **kwargs)
+
+    def read_open(self, file: HdfsFile, path: str, start: int, end: int) -> bytes | bytearray:
+        return self.connection.read_open(file, path, start, end)
 
     async def _pipe_file(self, path: str, value: bytes, **kwargs: Any) -> None:
         self.connection.read_only(f"write {path}")

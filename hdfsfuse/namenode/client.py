@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import trio
 from google.protobuf.message import DecodeError, Message
@@ -273,19 +273,7 @@ class NameNodeClient:
 
     async def list_dir(self, path: str, max_pages: int | None = None) -> list[FileStatus]:
         """Every entry of a directory, all pages via startAfter; at most `max_pages` pages."""
-        entries: list[FileStatus] = []
-        start_after = b""
-        pages = 0
-        while True:
-            page = await self.get_listing_page(path, start_after)
-            pages += 1
-            entries.extend(page.partialListing)
-            if page.remainingEntries == 0 or not page.partialListing:
-                return entries
-            if max_pages is not None and pages >= max_pages:
-                log.warning("%s: listing truncated at %d pages (%d entries)", path, pages, len(entries))
-                return entries
-            start_after = page.partialListing[-1].path
+        return await list_pages(self, path, max_pages)
 
     async def get_block_locations(self, path: str, offset: int, length: int) -> LocatedBlocks:
         r = await self.call(
@@ -374,3 +362,25 @@ class NameNodeClient:
 
 
 __all__ = ["FileStatus", "HdfsError", "LocatedBlock", "LocatedBlocks", "NameNodeClient", "resolve_user"]
+
+
+class Lists(Protocol):
+    async def get_listing_page(self, path: str, start_after: bytes = b"", *, need_location: bool = False
+                               ) -> hdfs_pb2.DirectoryListingProto: ...
+
+
+async def list_pages(namenode: Lists, path: str, max_pages: int | None = None) -> list[FileStatus]:
+    """Every entry of a directory, page after page (startAfter); at most `max_pages` pages."""
+    entries: list[FileStatus] = []
+    start_after = b""
+    pages = 0
+    while True:
+        page = await namenode.get_listing_page(path, start_after)
+        pages += 1
+        entries.extend(page.partialListing)
+        if page.remainingEntries == 0 or not page.partialListing:
+            return entries
+        if max_pages is not None and pages >= max_pages:
+            log.warning("%s: listing truncated at %d pages (%d entries)", path, pages, len(entries))
+            return entries
+        start_after = page.partialListing[-1].path

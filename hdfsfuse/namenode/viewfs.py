@@ -25,7 +25,7 @@ from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextma
 from hdfsfuse.conf.hadoop import ViewTarget
 from hdfsfuse.conf.mounttable import Internal, Link
 from hdfsfuse.errors import FileNotFound, HdfsError, NotSupported
-from hdfsfuse.namenode.client import FileStatus, LocatedBlocks, NameNodeClient
+from hdfsfuse.namenode.client import FileStatus, LocatedBlocks, NameNodeClient, list_pages
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.security.credentials import RpcAuth
 
@@ -143,6 +143,10 @@ class ViewNameNode:
             return self._internal_status(where)
         client, remote = where
         return await (client.get_file_link_info(remote) if link_info else client.get_file_info(remote))
+
+    async def list_dir(self, path: str, max_pages: int | None = None) -> list[FileStatus]:
+        """Every entry of a view directory (`list_pages`)."""
+        return await list_pages(self, path, max_pages)
 
     async def get_listing_page(self, path: str, start_after: bytes = b"", *, need_location: bool = False
                                ) -> hdfs_pb2.DirectoryListingProto:
