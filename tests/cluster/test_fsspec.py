@@ -33,8 +33,10 @@ ROOT = "/t/fsspec"
 
 
 def _fs(cluster: MiniDfs, **options: Any) -> HdfsFileSystem:
-    return fsspec.filesystem("hdfsfuse", uri=cluster.uri, hadoop_conf=cluster.conf_dir, skip_instance_cache=True,
-                             **options)
+    """The issue's spelling: `fsspec.filesystem("hdfsfuse", host=H, port=P, hadoop_conf=DIR, ...)`."""
+    host, port = cluster.uri.removeprefix("hdfs://").split(":")
+    return fsspec.filesystem("hdfsfuse", host=host, port=int(port), hadoop_conf=cluster.conf_dir,
+                             skip_instance_cache=True, **options)
 
 
 def _url(cluster: MiniDfs, path: str) -> str:
