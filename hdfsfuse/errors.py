@@ -91,6 +91,12 @@ class NotSupported(HdfsError):
     errno = errno.EOPNOTSUPP
 
 
+class KeyUnavailable(HdfsError):
+    """An encrypted file's data key could not be had: no KMS configured, unreachable, or failing."""
+
+    errno = errno.EIO
+
+
 class ChecksumMismatch(HdfsError):
     errno = errno.EIO
 

@@ -47,6 +47,9 @@ class Stats:
     # local reads (block cache, short-circuit) not answered inline from memory, by how: "io_uring", "thread"
     local_disk_reads: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     files_changed: int = 0  # reads refused because an open file was replaced, truncated or deleted
+    kms_key_requests: int = 0  # data keys of encrypted files asked of the KMS (one per EDEK and identity)
+    kms_key_failures: int = 0  # ...that failed: refused, unreachable or in error
+    data_keys_reused: int = 0  # encrypted-file opens served by a data key held in memory
     located_windows: int = 0  # located listing pages fetched to answer lookups and opens of their names
     cache_hits: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     cache_misses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -102,6 +105,9 @@ def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failove
         "inotify_resyncs": stats.inotify_resyncs,
         "local_disk_reads": dict(sorted(stats.local_disk_reads.items())),
         "files_changed": stats.files_changed,
+        "kms_key_requests": stats.kms_key_requests,
+        "kms_key_failures": stats.kms_key_failures,
+        "data_keys_reused": stats.data_keys_reused,
         "located_windows": stats.located_windows,
         "namenode_failovers": namenode_failovers,
         "namenode_rpcs": dict(sorted(rpc_calls.items())),
@@ -155,6 +161,9 @@ _HELP = {
     "inotify_changes": "Changes reported by the NameNode's edit stream (-o inotify) and invalidated.",
     "inotify_resyncs": "Times the edit stream was lost and every cached name and attribute forgotten.",
     "files_changed": "Reads refused because the open file was replaced, truncated or deleted.",
+    "kms_key_requests": "Data keys of encrypted files asked of the KMS (one per EDEK and identity).",
+    "kms_key_failures": "KMS key requests that failed: refused, unreachable or in error.",
+    "data_keys_reused": "Opens of encrypted files whose data key was already held in memory.",
     "located_windows": "Located listing pages fetched to answer lookups and opens of the names in them.",
     "namenode_failovers": "Switches to another NameNode.",
     "namenode_rpcs": "NameNode RPCs by method.",

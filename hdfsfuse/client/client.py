@@ -23,6 +23,7 @@ import trio
 
 from hdfsfuse.client import checksums
 from hdfsfuse.client.bootstrap import ClientParts, open_parts
+from hdfsfuse.client.encrypted import FileKeys
 from hdfsfuse.client.files import HdfsFile, locate_path
 from hdfsfuse.client.located import LocatedFiles
 from hdfsfuse.client.locator import Locator
@@ -31,6 +32,8 @@ from hdfsfuse.client.replicated import ReplicatedReader
 from hdfsfuse.conf.hadoop import NameNodeTarget, ViewTarget, load_hadoop_conf, resolve_source
 from hdfsfuse.datanode.pieces import Piece, clamp
 from hdfsfuse.datanode.reader import run_each
+from hdfsfuse.encryption.ctr import CtrDecryptor
+from hdfsfuse.encryption.info import FileEncryption, encryption_of
 from hdfsfuse.erasure.arrival import Arrival
 from hdfsfuse.erasure.codec import EcPolicy, resolve_policy
 from hdfsfuse.erasure.reader import StripedReader
@@ -43,7 +46,6 @@ from hdfsfuse.stats import Stats
 
 log = logging.getLogger(__name__)
 
-HAS_CRYPT = hdfs_pb2.HdfsFileStatusProto.HAS_CRYPT
 HAS_EC = hdfs_pb2.HdfsFileStatusProto.HAS_EC
 
 
@@ -60,6 +62,8 @@ class HdfsClient:
         self.replicated = ReplicatedReader(parts.context, locator=self.locator, reports=parts.reports,
                                            short_circuit=parts.short_circuit, options=options, nursery=parts.nursery)
         self.located = LocatedFiles(options.located_files)
+        self.keys = FileKeys(parts.settings, options, self.stats,
+                             parts.credentials.tokens if parts.credentials is not None else [])
         self.striped = StripedReader(parts.context, relocate=self.locator.locate,
                                      report_corrupt=parts.reports.internal_block)
         # SASL on DataNode connections, decided per namespace (a data-encryption key belongs to
@@ -122,11 +126,13 @@ class HdfsClient:
         if status.fileType == hdfs_pb2.HdfsFileStatusProto.IS_DIR:
             raise IsADirectory(f"{path}: is a directory")
         policy = self.check_supported(path, status)
+        encryption = encryption_of(path, status.fileEncryptionInfo if status.HasField("fileEncryptionInfo") else None)
+        decryptor = await self._decryptor(path, encryption, nn)
         security = await self.check_data_transfer(nn)
         blocksize = status.blocksize or 128 * 1024 * 1024
         group_bytes = blocksize * (policy.data_units if policy is not None else 1)  # file bytes per block
         file = HdfsFile(path, status, window=self.options.location_window_blocks * group_bytes, namenode=nn,
-                        dn_security=security, ec_policy=policy,
+                        dn_security=security, ec_policy=policy, encryption=encryption, decryptor=decryptor,
                         by_inode=not nn.router)  # (known by now: a Router says so in every answer)
         if kept is not None:
             await self.locator.apply(file, kept)
@@ -147,10 +153,13 @@ class HdfsClient:
         if lbs.HasField("ecPolicy"):
             status.ecPolicy.CopyFrom(lbs.ecPolicy)
         policy = self.check_supported(path, status)
+        encryption = encryption_of(path, lbs.fileEncryptionInfo if lbs.HasField("fileEncryptionInfo") else None)
+        decryptor = await self._decryptor(path, encryption, nn)
         security = await self.check_data_transfer(nn)
         group_bytes = 128 * 1024 * 1024 * (policy.data_units if policy is not None else 1)
         file = HdfsFile(path, status, window=self.options.location_window_blocks * group_bytes, namenode=nn,
-                        dn_security=security, ec_policy=policy, by_inode=False)
+                        dn_security=security, ec_policy=policy, by_inode=False, encryption=encryption,
+                        decryptor=decryptor)
         await self.locator.apply(file, lbs)
         return file
 
@@ -159,9 +168,12 @@ class HdfsClient:
         """Refuse what cannot be read; return the erasure-coding policy (an unknown codec fails here)."""
         if status.flags & HAS_EC and not status.HasField("ecPolicy"):
             raise NotSupported(f"{path}: erasure-coded, but the NameNode did not name the policy")
-        if status.HasField("fileEncryptionInfo") or status.flags & HAS_CRYPT:
-            raise NotSupported(f"{path}: files in an encryption zone are not supported")
         return resolve_policy(status.ecPolicy, path) if status.HasField("ecPolicy") else None
+
+    async def _decryptor(self, path: str, encryption: FileEncryption | None,
+                         namenode: NameNodeClient) -> CtrDecryptor | None:
+        """An encrypted file's decryptor, its data key asked of the KMS as the opener (or held)."""
+        return None if encryption is None else await self.keys.decryptor(path, encryption, namenode)
 
     async def check_data_transfer(self, namenode: NameNodeClient) -> DataTransferSecurity | None:
         """Decide, from the configuration and the namespace's server defaults, whether its
@@ -201,15 +213,24 @@ class HdfsClient:
 
         `inline_tried`: the caller already asked `read_now` for exactly this range. `arrival`:
         a range inside one erasure-coded block group tells it which bytes have landed, while
-        it is read (any other range only returns them all at the end)."""
+        it is read (any other range only returns them all at the end: an encrypted file's are
+        only ever returned decrypted, at the end)."""
         if isinstance(file, str):
             file = await self.open(file)
+        if file.decryptor is not None:
+            arrival = None  # its landed bytes would be ciphertext
+        data = await self._fetch_stored(file, offset, length, inline_tried, arrival)
+        return data if file.decryptor is None or not data else file.decryptor.decrypt(data, offset)
+
+    async def _fetch_stored(self, file: HdfsFile, offset: int, length: int, inline_tried: bool,
+                            arrival: Arrival | None) -> bytes | bytearray:
+        """The range as the DataNodes store it (an encrypted file's ciphertext)."""
         if file.under_construction and offset + length > file.length:
             await self.grow(file, strict=offset >= file.length)
         n = clamp(offset, length, file.length)
         if n == 0:
             return b""
-        data = None if inline_tried else self.read_now(file, offset, n)
+        data = None if inline_tried else self._stored_now(file, offset, n, poll=False)
         if data is not None:
             return data
         if file.map.first_gap(offset, n) is not None:
@@ -233,7 +254,12 @@ class HdfsClient:
         memory: the block cache's files first (as a read asks it first), then the files of a
         local replica that served this block before (short-circuit). None: read it the usual
         way. `poll`: the caller has nothing else to do, so the block cache may poll for bytes
-        on its disk (`CachedReads.read_now`)."""
+        on its disk (`CachedReads.read_now`). An encrypted file's are decrypted here: the
+        block cache and local replicas hold only ciphertext."""
+        data = self._stored_now(file, offset, n, poll=poll)
+        return data if data is None or file.decryptor is None else file.decryptor.decrypt(data, offset)
+
+    def _stored_now(self, file: HdfsFile, offset: int, n: int, *, poll: bool) -> bytes | bytearray | None:
         cached = self.context.cached
         if file.ec_policy is not None or (cached is None and self.short_circuit is None):
             return None

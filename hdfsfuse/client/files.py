@@ -13,6 +13,8 @@ import math
 from hdfsfuse.client.blockmap import BlockMap
 from hdfsfuse.datanode import ops
 from hdfsfuse.datanode.context import ReadContext
+from hdfsfuse.encryption.ctr import CtrDecryptor
+from hdfsfuse.encryption.info import FileEncryption
 from hdfsfuse.erasure.codec import EcPolicy
 from hdfsfuse.erasure.reader import GroupPlan, group_plan
 from hdfsfuse.local.blockcache.freshness import CacheFreshness
@@ -48,12 +50,14 @@ class HdfsFile:
     locations and block tokens are always fetched as the opener. `dn_security`: its namespace's
     SASL on DataNode connections (None: none). `ec_policy`: erasure-coded, its blocks are
     striped groups. Behind a Router (`by_inode=False`) it is located by path, and each later
-    location fetch checks the fileId again.
+    location fetch checks the fileId again. `encryption`: in an encryption zone, its blocks hold
+    ciphertext that `decryptor` (built with its data key) turns into its bytes.
     """
 
     def __init__(self, path: str, status: FileStatus, window: int, *, namenode: NameNodeClient,
                  dn_security: DataTransferSecurity | None = None, ec_policy: EcPolicy | None = None,
-                 by_inode: bool = True) -> None:
+                 by_inode: bool = True, encryption: FileEncryption | None = None,
+                 decryptor: CtrDecryptor | None = None) -> None:
         self.path = path
         self.status = status
         self.file_id = status.fileId
@@ -61,6 +65,8 @@ class HdfsFile:
         self.dn_security = dn_security
         self.ec_policy = ec_policy
         self.by_inode = by_inode
+        self.encryption = encryption
+        self.decryptor = decryptor
         self.locate_path = locate_path(path, status.fileId) if by_inode else path
         self.window = window  # bytes of block locations per NameNode call
         self.map = BlockMap(path)

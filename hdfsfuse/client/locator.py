@@ -60,8 +60,11 @@ class Locator:
         if file.ec_policy is not None and lbs.underConstruction:
             raise NotSupported(f"{file.path}: reading an erasure-coded file while it is being written is not "
                                "supported")
-        if lbs.HasField("fileEncryptionInfo"):
-            raise NotSupported(f"{file.path}: files in an encryption zone are not supported")
+        encrypted = lbs.HasField("fileEncryptionInfo")
+        if encrypted != (file.encryption is not None) or (
+                file.encryption is not None and lbs.fileEncryptionInfo.iv != file.encryption.iv):
+            self.stats.files_changed += 1
+            raise FileChanged(f"{file.path} changed since it was opened: its encryption is not the same")
         blocks = list(lbs.blocks)
         length = lbs.fileLength
         unknown = ""

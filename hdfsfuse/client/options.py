@@ -29,6 +29,8 @@ class ClientOptions:
     cache_renewal_wait: float = 1.0  # how long a read waits for a renewed description, then asks DataNodes
     located_files: int = 100_000  # block locations of unchanged files kept across opens (`located`)
     short_circuit: bool = True  # read local replicas from their files when the configuration allows it
+    kms_ca_file: str | None = None  # CA certificates for an https KMS (None: the system's)
+    key_keep_seconds: float = 600.0  # an encrypted file's data key stays in memory this long after its last open
 
 
 def from_mount_options(options: MountOptions) -> ClientOptions:
@@ -44,5 +46,6 @@ def from_mount_options(options: MountOptions) -> ClientOptions:
         cache_dir=options.cache_dir,
         cache_size=options.cache_size,
         short_circuit=options.short_circuit,
+        kms_ca_file=options.kms_ca_file,
         located_files=options.metadata_entries if options.identity == "mount" else 0,
     )

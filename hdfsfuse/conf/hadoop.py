@@ -89,6 +89,8 @@ class ClusterSettings:
     cipher_suites: str = ""  # dfs.encrypt.data.transfer.cipher.suites: AES/CTR after a DataNode handshake
     short_circuit: bool = False  # dfs.client.read.shortcircuit: read local replicas from their files
     domain_socket_path: str = ""  # dfs.domain.socket.path: local DataNodes' sockets (_PORT = xfer port)
+    key_provider_path: str = ""  # hadoop.security.key.provider.path: the KMS, if the NameNode names none
+    ignore_namenode_kms: bool = False  # dfs.client.ignore.namenode.default.kms.uri: only our own setting
 
     @classmethod
     def from_conf(cls, conf: dict[str, str]) -> ClusterSettings:
@@ -108,6 +110,8 @@ class ClusterSettings:
             cipher_suites=conf.get("dfs.encrypt.data.transfer.cipher.suites", "").strip(),
             short_circuit=flag("dfs.client.read.shortcircuit"),
             domain_socket_path=conf.get("dfs.domain.socket.path", "").strip(),
+            key_provider_path=conf.get("hadoop.security.key.provider.path", "").strip(),
+            ignore_namenode_kms=flag("dfs.client.ignore.namenode.default.kms.uri"),
         )
 
 

@@ -41,6 +41,7 @@ class MountOptions:
     keytab: str | None = None  # with principal: log in from this keytab (a Kerberos cluster)
     principal: str | None = None
     token_file: str | None = None  # a delegation-token file (default: $HADOOP_TOKEN_FILE_LOCATION)
+    kms_ca_file: str | None = None  # CA certificates an https KMS is checked against (default: the system's)
     identity: str = "mount"  # mount | caller | ticket_cache: whose HDFS identity a request runs as
     entry_timeout: float = 5.0
     attr_timeout: float = 5.0
@@ -150,6 +151,9 @@ Mount options (-o a,b=c):
   identity=MODE          whose HDFS identity each request runs as, with allow_other: mount (the
                          default: everyone is the mount), caller (the mount's principal acts for
                          each local user: a proxy user), ticket_cache (each caller's own tickets)
+  kms_ca_file=FILE       CA certificates (PEM) to check an https KMS against, instead of the
+                         system's (encryption zones; the KMS is the NameNode's, else
+                         hadoop.security.key.provider.path)
   entry_timeout=S        kernel name cache, seconds (default 5)
   attr_timeout=S         kernel attribute cache, seconds (default 5)
   negative_timeout=S     cache of missing names, seconds (default 2)
@@ -240,7 +244,9 @@ def _apply(opts: MountOptions, item: str) -> None:
         opts.user = value
     elif name == "hadoop_conf":
         opts.hadoop_conf = value
-    elif name in ("keytab", "token_file"):
+    elif name in ("keytab", "token_file", "kms_ca_file"):
+        if not value:
+            raise ConfigError(f"option {name} needs a file")
         setattr(opts, name, value)
     elif name == "principal":
         if not re.fullmatch(r"[A-Za-z0-9_.$-]+(/[A-Za-z0-9_.-]+)?(@[A-Za-z0-9_.-]+)?", value):

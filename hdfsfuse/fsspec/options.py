@@ -10,7 +10,7 @@ from hdfsfuse.errors import ConfigError
 
 # What a library reader uses; every other mount option is about the kernel or the mount.
 LIBRARY_OPTIONS = (
-    "hadoop_conf", "user", "keytab", "principal", "token_file",
+    "hadoop_conf", "user", "keytab", "principal", "token_file", "kms_ca_file",
     "connect_timeout", "read_timeout", "total_timeout", "namenode_timeout", "request_timeout",
     "hedge_after", "cache_dir", "cache_size", "short_circuit", "readahead_max", "metadata_entries",
 )

@@ -101,8 +101,9 @@ class Readahead:
         # first bytes are read as they land (its arrival).
         striped = handle.file.ec_policy is not None
         parts = [(offset, length)] if striped else prefetch_pieces(offset, length)
+        landing = striped and handle.file.decryptor is None  # an encrypted file's bytes land as ciphertext
         for start, n in parts:
-            chunk = Chunk(start, n, arrival=Arrival() if striped else None)
+            chunk = Chunk(start, n, arrival=Arrival() if landing else None)
             handle.chunks.append(chunk)
             self._nursery.start_soon(self._prefetch, handle.file, chunk)
 

@@ -263,3 +263,42 @@ class GssapiMechanism:
         self.qop = qop
         self.layer = None if qop == "auth" else GssLayer(self._ctx, qop)
         return wrapped
+
+
+class HttpNegotiation:
+    """SPNEGO for an HTTP service (a KMS), as Hadoop's KerberosAuthenticator does it: a Kerberos
+    context for `HTTP/<canonical host>` in the client's realm, mutual authentication, the token
+    in `Authorization: Negotiate`. `start` blocks (it may fetch a service ticket)."""
+
+    def __init__(self, login: KerberosLogin, service_host: str) -> None:
+        _require_gssapi()
+        self.login = login
+        self.service_host = service_host
+        self._ctx: gssapi.SecurityContext | None = None
+
+    def start(self) -> bytes:
+        """The first token for the Authorization header."""
+        creds = self.login.acquire()
+        principal = str(creds.name)
+        realm = principal.rpartition("@")[2]
+        target = f"HTTP/{self.service_host}" + (f"@{realm}" if realm else "")
+        try:
+            name = gssapi.Name(target, gssapi.NameType.kerberos_principal)
+            self._ctx = gssapi.SecurityContext(name=name, creds=creds, usage="initiate", mech=gssapi.MechType.kerberos,
+                                               flags=gssapi.RequirementFlag.mutual_authentication)
+            return self._ctx.step() or b""
+        except gssapi.exceptions.GSSError as e:
+            raise explain(e, f"Kerberos authentication of {principal} to {target}") from None
+
+    def finish(self, token: bytes | None) -> None:
+        """Check the server's answer token (mutual authentication)."""
+        assert self._ctx is not None
+        if self._ctx.complete:
+            return
+        if not token:
+            raise KerberosError(f"HTTP/{self.service_host} accepted the Kerberos token but did not prove itself "
+                                "(no mutual-authentication answer)")
+        try:
+            self._ctx.step(token)
+        except gssapi.exceptions.GSSError as e:
+            raise explain(e, f"Kerberos mutual authentication of HTTP/{self.service_host}") from None

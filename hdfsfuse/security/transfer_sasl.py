@@ -141,7 +141,7 @@ class DataTransferSaslClient:
                 raise DataTransferSaslError(str(e)) from None
             reply = Message(status=SUCCESS, payload=response)
             if self._offer_aes:
-                reply.cipherOption.add(suite=datatransfer_pb2.AES_CTR_NOPADDING)
+                reply.cipherOption.add(suite=hdfs_pb2.AES_CTR_NOPADDING)
             return delimited(reply.SerializeToString())
         if self._step == 1:
             self._step = 2
@@ -166,7 +166,7 @@ class DataTransferSaslClient:
     def _finish(self, message: Message) -> None:
         self.qop = self._digest.qop
         digest = self._digest.layer
-        options = [o for o in message.cipherOption if o.suite == datatransfer_pb2.AES_CTR_NOPADDING]
+        options = [o for o in message.cipherOption if o.suite == hdfs_pb2.AES_CTR_NOPADDING]
         if options:
             if digest is None or self.qop != "auth-conf":
                 raise ProtocolError(f"DataNode {self.peer} chose AES/CTR without auth-conf")

@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.minidfs.kms import Kms, KmsError
+
 LAUNCHER_DIR = Path(__file__).resolve().parent
 _MAIN_CLASS = "hdfsfuse.minidfs.Main"
 _SOURCES = [LAUNCHER_DIR / "pom.xml", *LAUNCHER_DIR.glob("src/main/**/*.*")]
@@ -57,14 +59,17 @@ def default_hadoop_version() -> str | None:
     return os.environ.get(HADOOP_VERSION_ENV) or None
 
 
-def ensure_built(router: bool = False, hadoop_version: str | None = None) -> str:
+def ensure_built(router: bool = False, hadoop_version: str | None = None, *, kms: bool = False) -> str:
     """Build the launcher if its sources changed; return the java classpath.
 
     `router`: the second build, on Hadoop 3.4.2 with Router-based federation (Maven profile
     "router", in target-router/), for --router clusters; Maven serves hadoop-hdfs-rbf only up to
     3.4.2, and one JVM never mixes 3.4 and 3.5 jars. `hadoop_version`: the launcher built against
-    that Hadoop release instead of the pom's, in target-hadoop-VERSION/ (each build kept).
+    that Hadoop release instead of the pom's, in target-hadoop-VERSION/ (each build kept). `kms`:
+    the KMS's own JVM (profile "kms", Hadoop 3.4.2 with hadoop-kms, in target-kms/; see tests.minidfs.kms).
     """
+    if kms:
+        return _build("kms", LAUNCHER_DIR / "target-kms", ["-P", "kms"], "KmsMain")
     if hadoop_version is not None and not _VERSION.fullmatch(hadoop_version):
         raise MiniDfsError(f"--hadoop-version {hadoop_version!r}: a release number such as 3.3.6")
     if hadoop_version == DEFAULT_HADOOP_VERSION or (router and hadoop_version == ROUTER_HADOOP_VERSION):
@@ -75,11 +80,17 @@ def ensure_built(router: bool = False, hadoop_version: str | None = None) -> str
     name = "target-router" if router else f"target-hadoop-{hadoop_version}" if hadoop_version else "target"
     target = LAUNCHER_DIR / name
     version_args = [f"-Dhadoop.version={hadoop_version}", f"-Dlauncher.build.dir={target}"] if hadoop_version else []
+    on = f" on Hadoop {hadoop_version}" if hadoop_version else ""
+    return _build(f"the MiniDFS launcher{on}", target, [*(["-P", "router"] if router else []), *version_args], "Main")
+
+
+def _build(what: str, target: Path, maven_args: list[str], main: str) -> str:
+    """Compile one of the launcher's builds into `target` if its sources changed; its classpath."""
     classes, classpath_file = target / "classes", target / "classpath.txt"
     lock_path = LAUNCHER_DIR / ".build.lock"
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        main_class = classes / "hdfsfuse" / "minidfs" / "Main.class"
+        main_class = classes / "hdfsfuse" / "minidfs" / f"{main}.class"
         newest_source = max(p.stat().st_mtime for p in _SOURCES)
         fresh = (
             main_class.exists()
@@ -89,17 +100,13 @@ def ensure_built(router: bool = False, hadoop_version: str | None = None) -> str
         )
         if not fresh:
             cmd = [
-                "mvn", "-B", "-q", "-f", str(LAUNCHER_DIR / "pom.xml"), *(["-P", "router"] if router else []),
-                *version_args,
+                "mvn", "-B", "-q", "-f", str(LAUNCHER_DIR / "pom.xml"), *maven_args,
                 "compile", "dependency:build-classpath",
                 f"-Dmdep.outputFile={classpath_file}",
             ]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
-                on = f" on Hadoop {hadoop_version}" if hadoop_version else ""
-                raise MiniDfsError(
-                    f"building the MiniDFS launcher{on} failed:\n" + proc.stdout[-4000:] + proc.stderr[-4000:]
-                )
+                raise MiniDfsError(f"building {what} failed:\n" + proc.stdout[-4000:] + proc.stderr[-4000:])
             main_class.touch()
             classpath_file.touch()
     return f"{classes}:{classpath_file.read_text().strip()}"
@@ -196,6 +203,9 @@ class ClusterOptions:
     # The Hadoop release the cluster runs (the launcher is built against it once, and kept);
     # None: $HDFSFUSE_HADOOP_VERSION, else the pom's (3.5.0).
     hadoop_version: str | None = dataclasses.field(default_factory=default_hadoop_version)
+    # A Hadoop KMS in its own JVM (tests.minidfs.kms), the NameNode's key provider: encryption
+    # zones whose files other clients can decrypt. With `kerberos` it authenticates with SPNEGO.
+    kms: bool = False
 
     def argv(self) -> list[str]:
         args = [
@@ -239,6 +249,7 @@ class MiniDfs:
         self._buf = b""
         self._lock = threading.Lock()
         self.ready: dict[str, Any] = {}
+        self.kms: Kms | None = None
 
     # ----- lifecycle -------------------------------------------------------------------------
 
@@ -266,6 +277,11 @@ class MiniDfs:
             self._socket_dir = Path(tempfile.mkdtemp(prefix="sc-", dir=trusted_socket_base()))
             self._socket_dir.chmod(0o755)
             launcher_flags += ["--domain-socket-dir", str(self._socket_dir)]
+        if self.options.kms:
+            self.kms = Kms(self._base_dir, java=_java(), classpath=ensure_built(kms=True))
+            launcher_flags += ["--kms-uri", self.kms.uri]
+            if not self.options.kerberos:
+                self.kms.start()  # a Kerberos KMS needs the cluster's KDC: it starts after the cluster
         argv = [
             _java(), f"-Xmx{self._heap}", *jvm_flags, "-cp", f"{resources}:{classpath}", _MAIN_CLASS,
             "--base-dir", str(self._base_dir / "data"), "--resource-dir", str(resources),
@@ -289,9 +305,21 @@ class MiniDfs:
             self.stop()
             raise MiniDfsError(f"asked for Hadoop {wanted}, the cluster runs {ready.get('hadoop_version')}")
         self.ready = ready
+        if self.kms is not None:
+            if self.options.kerberos:
+                self.kms.use_kerberos(krb5_conf=ready["kerberos"]["krb5_conf"],
+                                      keytab=ready["kerberos"]["service_keytab"], principal="HTTP/localhost")
+                try:
+                    self.kms.start()
+                except KmsError as e:
+                    self.stop()
+                    raise MiniDfsError(str(e)) from None
+            ready["kms"] = self.kms.uri
         return self
 
     def stop(self) -> None:
+        if self.kms is not None:
+            self.kms.stop()
         proc, self._proc = self._proc, None
         if proc is not None:
             try:
@@ -408,6 +436,8 @@ class MiniDfs:
 
     def command(self, cmd: str, timeout: float = 120.0, **fields: Any) -> dict[str, Any]:
         """Send one command; return its reply, or raise MiniDfsError on an error reply."""
+        if cmd in ("stop_kms", "start_kms", "set_key_acl"):
+            return self._kms_command(cmd, **fields)
         with self._lock:
             if not self.running:
                 raise MiniDfsError(f"MiniDFS is not running:\n{self.log_tail()}")
@@ -521,8 +551,42 @@ class MiniDfs:
         self.command("setxattr", path=path, name=name, value=value)
 
     def create_encryption_zone(self, path: str, key: str) -> None:
-        """Make directory `path` an encryption zone under `key` (created in the cluster's key store)."""
+        """Make directory `path` an encryption zone under `key` (created in the cluster's key store,
+        the KMS on a `kms` cluster, if it does not exist)."""
         self.command("create_encryption_zone", path=path, key=key)
+
+    def create_key(self, name: str, length: int | None = None) -> str:
+        """A new key in the NameNode's key provider (128 bits unless `length`); its version name."""
+        return str(self.command("create_key", name=name, **({"length": length} if length else {}))["version"])
+
+    def roll_key(self, name: str) -> str:
+        """A new version of key `name`, through the NameNode (whose next new files use it); its name."""
+        return str(self.command("roll_key", name=name)["version"])
+
+    def stop_kms(self) -> None:
+        self.command("stop_kms")
+
+    def start_kms(self) -> None:
+        """Start the stopped KMS again, on the same port."""
+        self.command("start_kms")
+
+    def set_key_acl(self, key: str, op: str, users: str) -> None:
+        """The KMS lets only `users` ("alice,bob", "*") do `op` (DECRYPT_EEK, ...) with `key`."""
+        self.command("set_key_acl", key=key, op=op, users=users)
+
+    def _kms_command(self, cmd: str, **fields: Any) -> dict[str, Any]:
+        if self.kms is None:
+            raise MiniDfsError(f"{cmd} needs a KMS (--kms)")
+        try:
+            if cmd == "stop_kms":
+                self.kms.stop()
+            elif cmd == "start_kms":
+                self.kms.start()
+            else:
+                self.kms.set_key_acl(str(fields["key"]), str(fields["op"]), str(fields["users"]))
+        except KmsError as e:
+            raise MiniDfsError(str(e)) from None
+        return {"ok": True}
 
     def set_ec_policy(self, path: str, policy: str) -> None:
         """Enable an erasure-coding policy if needed and set it on directory `path` (created)."""

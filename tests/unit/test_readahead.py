@@ -212,7 +212,8 @@ async def test_a_replicated_files_prefetch_runs_as_concurrent_pieces() -> None:
         release = trio.Event()
         async with trio.open_nursery() as nursery:
             ops: Any = _operations(fetch_range, nursery)
-            file = SimpleNamespace(under_construction=False, length=FILE, path="/f", ec_policy=ec_policy)
+            file = SimpleNamespace(under_construction=False, length=FILE, path="/f", ec_policy=ec_policy,
+                                   decryptor=None)
             handle = OpenFile(2, file, planner())  # type: ignore[arg-type]
             ops.handles.add(7, handle)
             ops.readahead.start(handle, 5 * M, 8 * M)
@@ -256,7 +257,7 @@ async def test_a_striped_window_serves_its_first_cells_before_its_last_arrive() 
 
     async with trio.open_nursery() as nursery:
         ops: Any = _operations(fetch_range, nursery)
-        file = SimpleNamespace(under_construction=False, length=FILE, path="/f", ec_policy=policy)
+        file = SimpleNamespace(under_construction=False, length=FILE, path="/f", ec_policy=policy, decryptor=None)
         handle = OpenFile(2, file, planner())  # type: ignore[arg-type]
         ops.handles.add(7, handle)
         assert ops.readahead.budget.try_take(3 * M)

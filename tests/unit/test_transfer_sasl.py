@@ -80,7 +80,7 @@ def test_the_client_messages() -> None:
     d = sasl.parse_directives(msg.payload)
     assert d["digest-uri"] == "hdfs/0" and d["realm"] == "0" and d["qop"] == "auth-conf" and d["cipher"] == "3des"
     assert d["username"] == base64.b64encode(TOKEN.identifier).decode()
-    assert [o.suite for o in msg.cipherOption] == [datatransfer_pb2.AES_CTR_NOPADDING]
+    assert [o.suite for o in msg.cipherOption] == [hdfs_pb2.AES_CTR_NOPADDING]
     for protection, suites in [("integrity", "AES/CTR/NoPadding"), ("privacy", "")]:
         reply = _general(protection, suites).receive(_server(status=0, payload=CHALLENGE))
         assert reply is not None

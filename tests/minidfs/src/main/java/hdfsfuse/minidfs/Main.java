@@ -94,6 +94,9 @@ public final class Main {
     int federation = 0;
     // A Router-based federation front over two subclusters (a launcher built on Hadoop 3.4.2).
     boolean router = false;
+    // The KMS the NameNode asks for keys (kms://http@127.0.0.1:PORT/kms, started by the harness in
+    // its own JVM); none: a file key store the NameNode alone can use.
+    String kmsUri = null;
 
     static Options parse(String[] args) {
       Options o = new Options();
@@ -124,6 +127,7 @@ public final class Main {
           case "--domain-socket-dir": o.domainSocketDir = v; i++; break;
           case "--federation": o.federation = Integer.parseInt(v); i++; break;
           case "--router": o.router = true; break;
+          case "--kms-uri": o.kmsUri = v; i++; break;
           default: throw new IllegalArgumentException("unknown launcher option: " + a);
         }
       }
@@ -223,9 +227,10 @@ public final class Main {
     conf.setInt("dfs.safemode.extension", 0);
     conf.setInt("dfs.namenode.safemode.extension", 0);
     conf.setInt("dfs.heartbeat.interval", 1);
-    // A file-based key store as the NameNode's KMS, so tests can make encryption zones.
-    conf.set("hadoop.security.key.provider.path",
-        "jceks://file" + new File(base, "keys.jceks").getAbsolutePath());
+    // The KMS the harness started, else a file-based key store as the NameNode's KMS, so tests
+    // can make encryption zones (only Java clients in this JVM can then read their files).
+    conf.set("hadoop.security.key.provider.path", opts.kmsUri != null ? opts.kmsUri
+        : "jceks://file" + new File(base, "keys.jceks").getAbsolutePath());
     conf.set("dfs.namenode.rpc-bind-host", "127.0.0.1");
     // The name DataNodes register with (their IP stays 127.0.0.1): clients honouring
     // dfs.client.use.datanode.hostname connect to it.
@@ -372,6 +377,9 @@ public final class Main {
   private void writeClientConf(File confDir) throws Exception {
     Configuration core = new Configuration(false);
     core.set("fs.defaultFS", fsUri());
+    if (opts.kmsUri != null) {
+      core.set("hadoop.security.key.provider.path", opts.kmsUri);
+    }
     Configuration hdfs = new Configuration(false);
     hdfs.setLong("dfs.blocksize", opts.blockSize);
     if (secure != null) {
@@ -807,6 +815,26 @@ public final class Main {
         break;
       }
       case "add_ec_policy": addEcPolicy(cmd, r); break;
+      case "create_key": {
+        // Through the NameNode's own key provider: on the KMS when there is one.
+        org.apache.hadoop.crypto.key.KeyProvider provider = cluster.getNamesystem(activeNameNode()).getProvider();
+        org.apache.hadoop.crypto.key.KeyProvider.Options options =
+            org.apache.hadoop.crypto.key.KeyProvider.options(conf);
+        if (cmd.has("length")) {
+          options.setBitLength(cmd.get("length").asInt());
+        }
+        r.put("version", provider.createKey(text(cmd, "name"), options).getVersionName());
+        provider.flush();
+        break;
+      }
+      case "roll_key": {
+        // Through the NameNode's provider, which drains its queue of EDEKs made with the old
+        // version: the next file created in the key's zones gets the new one.
+        org.apache.hadoop.crypto.key.KeyProvider provider = cluster.getNamesystem(activeNameNode()).getProvider();
+        r.put("version", provider.rollNewVersion(text(cmd, "name")).getVersionName());
+        provider.flush();
+        break;
+      }
       case "create_encryption_zone": {
         String key = text(cmd, "key");
         Path dir = new Path(text(cmd, "path"));

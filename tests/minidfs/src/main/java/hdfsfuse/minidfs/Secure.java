@@ -165,6 +165,7 @@ final class Secure {
     k.put("client_principal", principal(CLIENT));
     k.put("client_keytab", keytabs.get(CLIENT).getAbsolutePath());
     k.put("service_principal", principal(SERVICE));
+    k.put("service_keytab", serviceKeytab.getAbsolutePath());  // also holds HTTP/localhost (a KMS's SPNEGO)
     k.put("kdc_port", kdc.getPort());
     if (opts.proxyUser != null) {
       ObjectNode p = k.putObject("proxy_user");
@@ -182,13 +183,20 @@ final class Secure {
     }
     UserGroupInformation ugi =
         UserGroupInformation.loginUserFromKeytabAndReturnUGI(principal(user), keytab.getPath());
-    Token<?> token = ugi.doAs((PrivilegedExceptionAction<Token<?>>) () -> {
+    Credentials creds = new Credentials();
+    // addDelegationTokens also asks the NameNode's KMS, when it names one, for a kms-dt token
+    // (stored under the KMS URI), as a Java job's submission does.
+    Token<?>[] tokens = ugi.doAs((PrivilegedExceptionAction<Token<?>[]>) () -> {
       try (FileSystem fs = FileSystem.newInstance(fsUri, conf)) {
-        return fs.getDelegationToken(renewer == null ? user : renewer);
+        return fs.addDelegationTokens(renewer == null ? user : renewer, creds);
       }
     });
-    Credentials creds = new Credentials();
-    creds.addToken(token.getService(), token);
+    Token<?> token = tokens[0];
+    for (Token<?> t : tokens) {
+      if (t.getKind().toString().equals("HDFS_DELEGATION_TOKEN")) {
+        token = t;
+      }
+    }
     try (DataOutputStream out = new DataOutputStream(new FileOutputStream(file))) {
       creds.writeTokenStorageToStream(out, protobuf
           ? Credentials.SerializedFormat.PROTOBUF : Credentials.SerializedFormat.WRITABLE);
@@ -196,6 +204,11 @@ final class Secure {
     r.put("file", file);
     r.put("kind", token.getKind().toString());
     r.put("service", token.getService().toString());
+    StringBuilder kinds = new StringBuilder();
+    for (Token<?> t : tokens) {
+      kinds.append(kinds.length() == 0 ? "" : ",").append(t.getKind());
+    }
+    r.put("kinds", kinds.toString());
   }
 
   void stop() {
