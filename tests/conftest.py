@@ -114,6 +114,14 @@ def perm_cluster() -> Iterator[MiniDfs]:
         yield c
 
 
+@pytest.fixture(scope="session")
+def kms_cluster() -> Iterator[MiniDfs]:
+    """A shared cluster with a KMS (3 DataNodes) and one encryption zone, /ez under key ezkey."""
+    with MiniDfs(ClusterOptions(kms=True)) as c:
+        c.create_encryption_zone("/ez", "ezkey")
+        yield c
+
+
 @pytest.fixture
 def mount() -> Iterator[Callable[..., object]]:
     """A factory for hdfsfuse mounts; every mount is removed after the test."""

@@ -27,9 +27,10 @@ def locate_path(path: str, file_id: int) -> str:
     """The path that always names this file: its inode, unless it lives in a snapshot.
 
     A rename keeps the inode path valid; a replaced file has another fileId. Snapshot copies share
-    the live file's fileId, so they are located by their own (immutable) path.
+    the live file's fileId, so they are located by their own (immutable) path; so are raw paths
+    (/.reserved/raw/...: an encrypted file's ciphertext), which the inode path would not keep raw.
     """
-    if file_id and ".snapshot" not in path.split("/"):
+    if file_id and ".snapshot" not in path.split("/") and not path.startswith("/.reserved/raw/"):
         return f"/.reserved/.inodes/{file_id}"
     return path
 

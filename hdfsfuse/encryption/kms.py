@@ -161,4 +161,9 @@ def _reason(e: BaseException, what: str) -> str:
     if isinstance(e, HdfsError):
         text = str(e)
         return text[len(what) + 2 :] if text.startswith(what + ": ") else text
-    return f"{type(e).__name__}: {e.strerror if isinstance(e, OSError) and e.strerror else e}"
+    cause = e.__cause__  # trio's failed connect: the attempts' errors, grouped
+    while isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+        cause = cause.exceptions[0]
+    if isinstance(e, OSError) and not e.strerror and isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror
+    return e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"

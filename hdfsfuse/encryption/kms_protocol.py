@@ -230,7 +230,7 @@ def error_for(response: HttpResponse, what: str) -> HdfsError:
     """The error an unsuccessful answer means. `what` names the key, the KMS and the user."""
     java_class, message = remote_exception(response)
     detail = f"{what}: HTTP {response.status}" + (f", {message}" if message else "")
-    if response.status == 403 or "AuthorizationException" in java_class or "not authorized" in message:
+    if response.status == 403 or "AuthorizationException" in java_class + message:
         return AccessDenied(f"{what}: refused by the KMS ({message or response.status})")
     if response.status == 401:
         return AuthenticationRequired(f"{what}: the KMS asks for authentication ({message or 'HTTP 401'})")

@@ -4,7 +4,9 @@ Does I/O (NameNode calls, as the caller). The ACL byte layout lives in `hdfsfuse
 
 - The mount's own: `user.hdfs.replication`, `user.hdfs.block_size`, `user.hdfs.blocks` (the
   block list as JSON), `user.hdfs.checksum` (computed by the DataNodes, no data read) and
-  `user.hdfs.ec_policy` on files; `user.hdfsfuse.stats` (live stats as JSON) on the mount root.
+  `user.hdfs.ec_policy` on files; `user.hdfs.encryption` on files in an encryption zone (JSON:
+  the zone key's name, the file's key version and the cipher suite, never key material);
+  `user.hdfsfuse.stats` (live stats as JSON) on the mount root.
 
 - `user.NAME`: an HDFS xattr of the user namespace (listXAttrs for the names, getXAttrs for one
   value). Other HDFS namespaces (trusted, security, system, raw) are not shown.
@@ -25,6 +27,7 @@ from typing import Protocol
 import pyfuse3
 
 from hdfsfuse.client import HdfsClient
+from hdfsfuse.encryption.info import FileEncryption
 from hdfsfuse.erasure.codec import policy_name
 from hdfsfuse.errors import AccessDenied, HdfsError
 from hdfsfuse.fuse import acls
@@ -49,6 +52,7 @@ STATS_XATTR = b"user.hdfsfuse.stats"  # on the mount root: live stats as JSON
 CHECKSUM_XATTR = b"user.hdfs.checksum"  # computed on demand by the DataNodes (no data read)
 FILE_XATTRS = (b"user.hdfs.replication", b"user.hdfs.block_size", b"user.hdfs.blocks", CHECKSUM_XATTR)
 EC_XATTR = b"user.hdfs.ec_policy"  # files and directories with an erasure-coding policy
+ENCRYPTION_XATTR = b"user.hdfs.encryption"  # files in an encryption zone: key and key version names
 XATTR_SIZE_MAX = 65536  # the kernel's cap on one extended attribute value
 
 
@@ -183,6 +187,8 @@ class ExtendedAttributes:
         shown = (list(FILE_XATTRS) if st.fileType == IS_FILE else []) + facts_for(st)
         if st.HasField("ecPolicy"):
             shown.append(EC_XATTR)
+        if st.HasField("fileEncryptionInfo"):
+            shown.append(ENCRYPTION_XATTR)
         return shown + [n for n in hdfs_names if n not in shown]
 
     async def get(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
@@ -192,6 +198,13 @@ class ExtendedAttributes:
             if not st.HasField("ecPolicy"):
                 raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
             return policy_name(st.ecPolicy).encode()
+        if name == ENCRYPTION_XATTR:
+            with self.ops.boundary.request("getxattr", self.ops.entry(inode)):
+                st = await self._status(inode, ctx)
+                if not st.HasField("fileEncryptionInfo"):
+                    raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+                info = FileEncryption.from_proto(self.ops.entry(inode).shown, st.fileEncryptionInfo)
+            return json.dumps(info.describe()).encode()
         if name not in FILE_XATTRS:
             if inode == pyfuse3.ROOT_INODE and name == STATS_XATTR:
                 return json.dumps(self.stats_snapshot()).encode()
