@@ -67,8 +67,6 @@ class Kms:
         site = {
             "hadoop.kms.key.provider.uri": f"jceks://file@{self.conf_dir}/kms.keystore",
             "hadoop.kms.authentication.type": "simple",
-            # No server-side key cache: a roll is what the next call sees.
-            "hadoop.kms.cache.enable": "false",
         }
         if self._kerberos:
             site.update({
