@@ -1,0 +1,109 @@
+"""Encrypted files through the real mount, read by real tools: exact bytes, the encryption xattr,
+the KMS stopped and back, key ACLs per local user (identity=caller), ciphertext in the block cache."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import local_user, random_bytes
+from tests.minidfs import MiniDfs
+
+MiB = 1 << 20
+
+
+def test_tools_read_encrypted_files_exactly(kms_cluster: MiniDfs, mount) -> None:  # type: ignore[no-untyped-def]
+    data = kms_cluster.put_bytes(random_bytes(3 * MiB + 777, seed=520), "/ez/tools")
+    m = mount(kms_cluster)
+    path = m.path("/ez/tools")
+    digest = subprocess.run(["sha256sum", path], capture_output=True, text=True, check=True).stdout.split()[0]
+    assert digest == hashlib.sha256(data).hexdigest()
+    rnd = random.Random(521)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _ in range(60):
+            offset, length = rnd.randrange(len(data)), rnd.randrange(1, 200_000)
+            assert os.pread(fd, length, offset) == data[offset : offset + length], (offset, length)
+    finally:
+        os.close(fd)
+    tail = subprocess.run(["dd", f"if={path}", "bs=1", "skip=3145700", "status=none"], capture_output=True,
+                          check=True).stdout
+    assert tail == data[3_145_700:]
+    described = json.loads(os.getxattr(path, "user.hdfs.encryption"))
+    assert described == {"key": "ezkey", "key_version": "ezkey@0", "suite": "AES/CTR/NoPadding"}
+    assert "user.hdfs.encryption" in os.listxattr(path)
+    with pytest.raises(OSError) as e:
+        os.getxattr(m.path("/ez"), "user.hdfs.encryption")  # the zone's directory holds no file key
+    assert e.value.errno == errno.ENODATA
+
+
+def test_new_opens_fail_clearly_while_the_kms_is_down_and_open_files_keep_reading(
+        kms_cluster: MiniDfs, mount) -> None:  # type: ignore[no-untyped-def]
+    first = kms_cluster.put_bytes(random_bytes(2 * MiB, seed=522), "/ez/kms-down-1")
+    second = kms_cluster.put_bytes(random_bytes(MiB, seed=523), "/ez/kms-down-2")
+    m = mount(kms_cluster, "direct_io")
+    with open(m.path("/ez/kms-down-1"), "rb") as opened:
+        assert opened.read(1000) == first[:1000]
+        kms_cluster.stop_kms()
+        try:
+            opened.seek(MiB + 3)
+            assert opened.read(MiB - 3) == first[MiB + 3 :]
+            with pytest.raises(OSError) as e:
+                open(m.path("/ez/kms-down-2"), "rb")
+            assert e.value.errno == errno.EIO
+        finally:
+            kms_cluster.start_kms()
+    with open(m.path("/ez/kms-down-2"), "rb") as again:
+        assert again.read() == second
+    lines = [line for line in m.log_text().splitlines() if "/ez/kms-down-2" in line]
+    assert len(lines) == 1, lines  # one line: the file, the key version, the KMS, the user
+    assert "ezkey@0" in lines[0] and kms_cluster.ready["kms"] in lines[0] and "Connection refused" in lines[0]
+
+
+def test_a_key_acl_denies_one_local_user_while_another_reads(kms_cluster: MiniDfs, mount) -> None:  # type: ignore[no-untyped-def]
+    local_user("hdfsfuse-alice")
+    local_user("hdfsfuse-bob")
+    kms_cluster.create_key("userkey")
+    kms_cluster.create_encryption_zone("/ez-users", "userkey")
+    data = kms_cluster.put_bytes(random_bytes(300_000, seed=524), "/ez-users/f")
+    kms_cluster.chmod("/ez-users/f", "644")
+    kms_cluster.set_key_acl("userkey", "DECRYPT_EEK", "hdfsfuse-alice")
+    try:
+        m = mount(kms_cluster, "allow_other", "identity=caller")
+
+        def cat(user: str) -> subprocess.CompletedProcess[bytes]:
+            return subprocess.run(["runuser", "-u", user, "--", "cat", m.path("/ez-users/f")], capture_output=True)
+
+        bob = cat("hdfsfuse-bob")
+        assert bob.returncode != 0 and b"Permission denied" in bob.stderr
+        alice = cat("hdfsfuse-alice")
+        assert alice.returncode == 0 and alice.stdout == data
+        assert cat("hdfsfuse-bob").returncode != 0  # alice's key is never handed to bob
+        denied = [line for line in m.log_text().splitlines() if "hdfsfuse-bob" in line and "userkey@0" in line]
+        assert denied and "DECRYPT_EEK" in denied[0]
+    finally:
+        kms_cluster.set_key_acl("userkey", "DECRYPT_EEK", "*")
+
+
+def test_nothing_in_the_block_cache_is_plaintext(kms_cluster: MiniDfs, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    data = kms_cluster.put_bytes(random_bytes(2 * MiB + 4321, seed=525), "/ez/cache-me")
+    cache = tmp_path / "cache"
+    m = mount(kms_cluster, f"cache_dir={cache}")
+    with open(m.path("/ez/cache-me"), "rb") as f:
+        assert f.read() == data
+    m.unmount()
+    stored = b"".join(p.read_bytes() for p in cache.rglob("*") if p.is_file())
+    assert len(stored) >= len(data)  # every block was kept
+    rnd = random.Random(526)
+    assert not any(data[i : i + 32] in stored for i in (rnd.randrange(len(data) - 32) for _ in range(500)))
+    m = mount(kms_cluster, f"cache_dir={cache}")  # and the cached ciphertext reads back as the file
+    with open(m.path("/ez/cache-me"), "rb") as f:
+        assert f.read() == data
+    assert json.loads(os.getxattr(m.dir, "user.hdfsfuse.stats"))["block_cache_served_bytes"] >= len(data)
