@@ -278,7 +278,8 @@ class MiniDfs:
             self._socket_dir.chmod(0o755)
             launcher_flags += ["--domain-socket-dir", str(self._socket_dir)]
         if self.options.kms:
-            self.kms = Kms(self._base_dir, java=_java(), classpath=ensure_built(kms=True))
+            self.kms = Kms(self._base_dir, java=_java(), classpath=ensure_built(kms=True),
+                           host="localhost" if self.options.kerberos else "127.0.0.1")
             launcher_flags += ["--kms-uri", self.kms.uri]
             if not self.options.kerberos:
                 self.kms.start()  # a Kerberos KMS needs the cluster's KDC: it starts after the cluster

@@ -44,7 +44,7 @@ def _free_port() -> int:
 class Kms:
     """One KMS JVM, simple auth unless `use_kerberos` (SPNEGO) was called before `start`."""
 
-    def __init__(self, base_dir: Path, *, java: str, classpath: str) -> None:
+    def __init__(self, base_dir: Path, *, java: str, classpath: str, host: str = "127.0.0.1") -> None:
         self.conf_dir = base_dir / "kms"
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         (base_dir / "kms-tmp").mkdir(exist_ok=True)
@@ -52,6 +52,8 @@ class Kms:
         self._kerberos: dict[str, str] | None = None
         self._tmp = base_dir / "kms-tmp"
         self.port = _free_port()
+        # A Kerberos KMS is HTTP/localhost: clients name it by the host in its URI.
+        self.host = host
         self.log_path = base_dir / "kms.log"
         self._proc: subprocess.Popen[bytes] | None = None
         self._key_acls: dict[str, dict[str, str]] = {}
@@ -80,12 +82,12 @@ class Kms:
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/kms"
+        return f"http://{self.host}:{self.port}/kms"
 
     @property
     def uri(self) -> str:
         """The key provider URI a NameNode or client takes: kms://http@127.0.0.1:PORT/kms."""
-        return f"kms://http@127.0.0.1:{self.port}/kms"
+        return f"kms://http@{self.host}:{self.port}/kms"
 
     @property
     def running(self) -> bool:

@@ -107,3 +107,22 @@ def test_nothing_in_the_block_cache_is_plaintext(kms_cluster: MiniDfs, mount, tm
     with open(m.path("/ez/cache-me"), "rb") as f:
         assert f.read() == data
     assert json.loads(os.getxattr(m.dir, "user.hdfsfuse.stats"))["block_cache_served_bytes"] >= len(data)
+
+
+def test_a_kerberized_cluster_and_kms_with_a_keytab_and_with_a_token_file(
+        secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = secure(kms=True)
+    cluster.create_encryption_zone("/ez", "ezkey")
+    data = cluster.put_bytes(random_bytes(MiB + 999, seed=527), "/ez/secure")
+    k = cluster.kerberos
+    tokens = cluster.command("delegation_token", user="alice", file=str(tmp_path / "tokens"))
+    assert tokens["kinds"] == "HDFS_DELEGATION_TOKEN,kms-dt"  # the KMS's token beside the NameNode's
+    no_ticket = {"KRB5CCNAME": f"FILE:{tmp_path}/no-such-cache"}
+    for options in ([f"keytab={k['client_keytab']}", f"principal={k['client_principal']}"],
+                    [f"token_file={tmp_path / 'tokens'}"]):
+        m = mount(cluster, *options, env=no_ticket)
+        with open(m.path("/ez/secure"), "rb") as f:
+            assert f.read() == data, options
+        stats = json.loads(os.getxattr(m.dir, "user.hdfsfuse.stats"))
+        assert stats["kms_key_requests"] == 1 and stats["kms_key_failures"] == 0
+        m.unmount()
