@@ -28,7 +28,14 @@ from hdfsfuse.encryption.kms_protocol import (
     select_kms_token,
     token_url_string,
 )
-from hdfsfuse.errors import AccessDenied, AuthenticationRequired, ConfigError, KeyUnavailable, NotSupported, ProtocolError
+from hdfsfuse.errors import (
+    AccessDenied,
+    AuthenticationRequired,
+    ConfigError,
+    KeyUnavailable,
+    NotSupported,
+    ProtocolError,
+)
 from hdfsfuse.proto import hdfs_pb2, rpc_pb2
 from hdfsfuse.security.tokens import parse_token_storage, write_vlong
 
