@@ -11,8 +11,6 @@ Files already open hold their decryptor: they keep reading while the KMS is down
 
 from __future__ import annotations
 
-import logging
-
 import trio
 
 from hdfsfuse.client.options import ClientOptions
@@ -26,8 +24,6 @@ from hdfsfuse.errors import HdfsError, KeyUnavailable
 from hdfsfuse.namenode.client import NameNodeClient
 from hdfsfuse.proto import rpc_pb2
 from hdfsfuse.stats import Stats
-
-log = logging.getLogger(__name__)
 
 
 class FileKeys:

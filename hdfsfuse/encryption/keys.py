@@ -58,6 +58,3 @@ class KeyCache:
     def __len__(self) -> int:
         """Keys held: kept ones, and those only open files still hold."""
         return len(set(self._kept) | set(self._in_use.keys()))
-
-    def clear(self) -> None:
-        self._kept.clear()

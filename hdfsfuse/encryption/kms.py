@@ -62,7 +62,6 @@ class KmsClient:
         self._ssl: ssl.SSLContext | None = None
         self._first = 0
         self._cookies: dict[tuple[str, str], str] = {}  # (host, identity) -> hadoop.auth cookie
-        self.calls = 0
 
     async def data_key(self, info: FileEncryption, auth: RpcAuth, path: str) -> bytes:
         """The data key of `info`'s EDEK, asked as `auth`'s identity. Raises AccessDenied (a key ACL),
@@ -125,7 +124,6 @@ class KmsClient:
         return key
 
     async def _exchange(self, host: str, request: KmsRequest) -> HttpResponse:
-        self.calls += 1
         with trio.fail_after(self.timeouts.connect):
             stream: trio.abc.Stream = await trio.open_tcp_stream(host, self.endpoints.port)
         try:
