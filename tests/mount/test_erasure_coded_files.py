@@ -247,7 +247,9 @@ def test_rs_6_3_and_legacy_decode_every_single_failure(fresh_cluster, mount, tmp
     read_with_each_unit_lost(c, m, files, tmp_path, holders, preads=8)
 
 
-def test_files_in_an_encryption_zone_answer_eopnotsupp(rs32, mount) -> None:  # type: ignore[no-untyped-def]
+def test_a_zone_whose_keys_no_kms_serves_answers_eio_with_one_line(rs32, mount) -> None:  # type: ignore[no-untyped-def]
+    # This cluster keeps its zone keys in a local Java keystore on the NameNode, not in a KMS:
+    # a client cannot ask for the file's key, so the open fails and the log line says why.
     c, _ = rs32
     c.create_encryption_zone("/ez", "zone-key")
     data = c.put_bytes(random_bytes(10_000, seed=145), "/ez/f")
@@ -255,8 +257,8 @@ def test_files_in_an_encryption_zone_answer_eopnotsupp(rs32, mount) -> None:  # 
     assert os.stat(m.path("/ez/f")).st_size == len(data)  # the metadata is still there
     with pytest.raises(OSError) as e:
         open(m.path("/ez/f"), "rb")
-    assert e.value.errno == errno.EOPNOTSUPP
-    assert "/ez/f: files in an encryption zone are not supported" in m.log_text()
+    assert e.value.errno == errno.EIO
+    assert "/ez/f is encrypted, but no KMS is known" in m.log_text()
 
 
 def test_the_block_cache_keeps_internal_blocks(rs32, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
