@@ -4,6 +4,7 @@
     hdfsfuse SOURCE MOUNTPOINT [-o opt,...]          (the form mount.fuse3 and fstab use)
     hdfsfuse umount [-z] MOUNTPOINT
     hdfsfuse stats [--json] MOUNTPOINT
+    hdfsfuse csi --endpoint unix:///csi/csi.sock --node-id NODE   (the Kubernetes CSI node plugin)
 
 Errors before mounting print one line and exit non-zero, leaving nothing mounted. The
 background form returns only once the mount exists.
@@ -36,6 +37,7 @@ hdfsfuse mount SOURCE MOUNTPOINT [-o OPTIONS] [-f|--foreground] [--debug]
        hdfsfuse SOURCE MOUNTPOINT [-o OPTIONS]
        hdfsfuse umount [-z] MOUNTPOINT
        hdfsfuse stats [--json] MOUNTPOINT
+       hdfsfuse csi --endpoint unix:///PATH --node-id NODE [--state-dir DIR] [--metrics-address HOST:PORT]
        hdfsfuse --version | --help
 
 SOURCE is hdfs://HOST[:PORT][/PATH], hdfs://NAMESERVICE[/PATH] or hdfs:///PATH (fs.defaultFS);
@@ -229,6 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("stats", help="live statistics of a running mount")
     s.add_argument("--json", action="store_true")
     s.add_argument("mountpoint")
+    c = sub.add_parser("csi", help="serve as a Kubernetes CSI node plugin (docs/kubernetes.md)")
+    c.add_argument("--endpoint", required=True, help="the gRPC socket, unix:///csi/csi.sock")
+    c.add_argument("--node-id", required=True, help="this node's name, as Kubernetes knows it")
+    c.add_argument("--state-dir", default="/var/lib/hdfsfuse-csi",
+                   help="where volume records, credentials (tmpfs) and mount logs live; a host path")
+    c.add_argument("--metrics-address", help="serve each volume's stats as Prometheus text at HOST:PORT/metrics")
     return p
 
 
@@ -244,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_umount(ns.mountpoint, ns.lazy)
     if ns.command == "stats":
         return cmd_stats(ns.mountpoint, ns.json)
+    if ns.command == "csi":
+        from hdfsfuse.csi import server  # grpcio: the csi extra
+
+        return server.main(ns.endpoint, ns.node_id, ns.state_dir, ns.metrics_address)
     parser.print_help()
     return 2
 

@@ -182,15 +182,34 @@ _LABELS = {"namenode_rpcs": "method", "namenode_rpcs_by_role": "role", "cache_hi
 
 def prometheus(snap: dict[str, object]) -> str:
     """The snapshot in the Prometheus text exposition format."""
+    return prometheus_of([({}, snap)])
+
+
+def prometheus_of(snaps: list[tuple[dict[str, str], dict[str, object]]]) -> str:
+    """Several snapshots as one exposition, each sample with its snapshot's labels (a CSI driver's
+    volumes: {"volume_id": ...}); every metric's HELP and TYPE once."""
     lines = []
-    for key, value in snap.items():
+    keys = list(dict.fromkeys(key for _, snap in snaps for key in snap))
+    for key in keys:
         name = f"hdfsfuse_{key}"
-        kind = "gauge" if key in _GAUGES else "counter"
         lines.append(f"# HELP {name} {_HELP[key]}")
-        lines.append(f"# TYPE {name} {kind}")
-        if isinstance(value, dict):
-            for label, v in value.items():
-                lines.append(f'{name}{{{_LABELS[key]}="{label}"}} {v}')
-        else:
-            lines.append(f"{name} {value}")
+        lines.append(f"# TYPE {name} {'gauge' if key in _GAUGES else 'counter'}")
+        for labels, snap in snaps:
+            if key not in snap:
+                continue
+            value = snap[key]
+            common = [f'{k}="{_escape(v)}"' for k, v in labels.items()]
+            if isinstance(value, dict):
+                for label, v in value.items():
+                    lines.append(f"{name}{{{','.join([*common, f'{_LABELS[key]}={_quote(label)}'])}}} {v}")
+            else:
+                lines.append(f"{name}{{{','.join(common)}}} {value}" if common else f"{name} {value}")
     return "\n".join(lines) + "\n"
+
+
+def _escape(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _quote(value: object) -> str:
+    return f'"{_escape(value)}"'

@@ -13,14 +13,15 @@ import sys
 from pathlib import Path
 
 PROTO_DIR = Path(__file__).resolve().parent
-FILES = ["rpc.proto", "hdfs.proto", "datatransfer.proto"]
+FILES = ["rpc.proto", "hdfs.proto", "datatransfer.proto", "csi.proto"]
 
 
 def generate(out_dir: Path) -> None:
     from grpc_tools import protoc
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    args = ["protoc", f"-I{PROTO_DIR}", f"--python_out={out_dir}", *FILES]
+    well_known = Path(protoc.__file__).parent / "_proto"  # google/protobuf/*.proto
+    args = ["protoc", f"-I{PROTO_DIR}", f"-I{well_known}", f"--python_out={out_dir}", *FILES]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
     # protoc writes `import rpc_pb2`; make the imports package-relative.
