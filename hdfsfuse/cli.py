@@ -38,6 +38,7 @@ hdfsfuse mount SOURCE MOUNTPOINT [-o OPTIONS] [-f|--foreground] [--debug]
        hdfsfuse umount [-z] MOUNTPOINT
        hdfsfuse stats [--json] MOUNTPOINT
        hdfsfuse csi --endpoint unix:///PATH --node-id NODE [--state-dir DIR] [--metrics-address HOST:PORT]
+                    [--mount-cgroup DIR]
        hdfsfuse --version | --help
 
 SOURCE is hdfs://HOST[:PORT][/PATH], hdfs://NAMESERVICE[/PATH] or hdfs:///PATH (fs.defaultFS);
@@ -237,6 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--state-dir", default="/var/lib/hdfsfuse-csi",
                    help="where volume records, credentials (tmpfs) and mount logs live; a host path")
     c.add_argument("--metrics-address", help="serve each volume's stats as Prometheus text at HOST:PORT/metrics")
+    c.add_argument("--mount-cgroup", help="a cgroup v2 directory (of the host's) for the mount processes, so "
+                   "they outlive the driver's container (docs/kubernetes.md)")
     return p
 
 
@@ -255,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.command == "csi":
         from hdfsfuse.csi import server  # grpcio: the csi extra
 
-        return server.main(ns.endpoint, ns.node_id, ns.state_dir, ns.metrics_address)
+        return server.main(ns.endpoint, ns.node_id, ns.state_dir, ns.metrics_address, ns.mount_cgroup)
     parser.print_help()
     return 2
 

@@ -32,7 +32,9 @@ class CsiError(Exception):
 class Driver:
     """`hdfsfuse csi` on a socket of its own, with its state directory; restartable."""
 
-    def __init__(self, state_dir: str | None = None, node_id: str = "node-1") -> None:
+    def __init__(self, state_dir: str | None = None, node_id: str = "node-1", *, container: bool = False) -> None:
+        """`container`: run the driver as in a container of its own: in a cgroup that
+        `kill_container` kills whole, as a container runtime does, with its mounts in another."""
         self.base = tempfile.mkdtemp(prefix="hdfsfuse-csi-")
         os.chmod(self.base, 0o755)  # pods' users reach their volumes (kubelet's pod directories are not 0700)
         self.socket = f"{self.base}/csi.sock"
@@ -41,16 +43,27 @@ class Driver:
         self.log = Path(f"{self.base}/driver.log")
         self.proc: subprocess.Popen[bytes] | None = None
         self.channel: grpc.Channel | None = None
+        self.cgroup: Path | None = None
+        self.mount_cgroup: Path | None = None
+        if container:
+            root = cgroup2_root()
+            name = Path(self.base).name
+            self.cgroup = root / f"{name}-container"
+            self.mount_cgroup = root / f"{name}-mounts"
+            self.cgroup.mkdir()
 
     @property
     def endpoint(self) -> str:
         return f"unix://{self.socket}"
 
     def start(self) -> Driver:
+        argv = [sys.executable, "-m", "hdfsfuse.cli", "csi", "--endpoint", self.endpoint, "--node-id", self.node_id,
+                "--state-dir", self.state_dir]
+        if self.cgroup is not None:
+            argv = ["sh", "-c", f'echo $$ > {self.cgroup}/cgroup.procs && exec "$@"', "driver", *argv,
+                    "--mount-cgroup", str(self.mount_cgroup)]
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hdfsfuse.cli", "csi", "--endpoint", self.endpoint, "--node-id", self.node_id,
-                 "--state-dir", self.state_dir], stdout=out, stderr=out, cwd=REPO)
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=out, cwd=REPO)
         self.channel = grpc.insecure_channel(self.endpoint)
         grpc.channel_ready_future(self.channel).result(timeout=30)
         return self
@@ -64,9 +77,20 @@ class Driver:
             self.proc.wait(timeout=30)
         self.proc = None
 
-    def restart(self) -> None:
-        self.stop()
-        self.start()
+    def kill_container(self) -> None:
+        """Kill every process in the driver's cgroup at once, as a container runtime does."""
+        assert self.cgroup is not None and self.proc is not None
+        (self.cgroup / "cgroup.kill").write_text("1\n")
+        self.proc.wait(timeout=30)
+        self.proc = None
+
+    def remove_cgroups(self) -> None:
+        for cgroup in (self.mount_cgroup, self.cgroup):
+            if cgroup is not None and cgroup.exists():
+                for child in cgroup.iterdir():
+                    if child.is_dir():
+                        child.rmdir()
+                cgroup.rmdir()
 
     def call(self, service: str, method: str, request: Any, timeout: float = 120) -> Any:
         assert self.channel is not None
@@ -103,6 +127,15 @@ class Driver:
     def files_under_state(self, sub: str) -> list[str]:
         root = Path(self.state_dir) / sub
         return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+
+def cgroup2_root() -> Path:
+    """Where this machine mounts the cgroup v2 hierarchy."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if fields[2] == "cgroup2":
+            return Path(fields[1])
+    raise RuntimeError("no cgroup2 filesystem is mounted")
 
 
 def kerberos_secret(cluster: MiniDfs) -> dict[str, str]:

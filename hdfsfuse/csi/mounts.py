@@ -91,10 +91,17 @@ class Mounter:
     """Publishes and unpublishes volumes; one lock per target path, so kubelet's retries and
     concurrent calls for the same target never interleave."""
 
-    def __init__(self, state_dir: str, *, publish_timeout: float = 60.0,
+    def __init__(self, state_dir: str, *, publish_timeout: float = 60.0, mount_cgroup: str | None = None,
                  command: list[str] | None = None) -> None:
         self.state_dir = Path(state_dir)
         self.publish_timeout = publish_timeout
+        # A cgroup (v2) directory outside the driver container's: each mount process moves into a
+        # child of it, so a container runtime that kills the driver's cgroup leaves the mounts be.
+        self.mount_cgroup = Path(mount_cgroup) if mount_cgroup else None
+        if self.mount_cgroup is not None:
+            if not (self.mount_cgroup.parent / "cgroup.procs").exists():
+                raise HdfsError(f"--mount-cgroup {mount_cgroup}: its parent is not a cgroup v2 directory")
+            self.mount_cgroup.mkdir(exist_ok=True)
         self.command = command or [sys.executable, "-m", "hdfsfuse.cli"]
         for sub in ("volumes", "secrets", "logs"):
             (self.state_dir / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -190,6 +197,7 @@ class Mounter:
                     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_out, stderr=log_out,
                                             env=env, start_new_session=True, close_fds=True)
                 self._children[proc.pid] = proc
+                self._adopt(proc.pid, plan.target_path)
                 start = log_path.stat().st_size
                 deadline = time.monotonic() + self.publish_timeout
                 while True:
@@ -207,6 +215,16 @@ class Mounter:
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     notify_path.unlink()
+
+    def _cgroup(self, target_path: str) -> Path | None:
+        return None if self.mount_cgroup is None else self.mount_cgroup / target_key(target_path)
+
+    def _adopt(self, pid: int, target_path: str) -> None:
+        """Move a new mount process into its own cgroup, out of the driver's."""
+        cgroup = self._cgroup(target_path)
+        if cgroup is not None:
+            cgroup.mkdir(exist_ok=True)
+            (cgroup / "cgroup.procs").write_text(f"{pid}\n")
 
     # ----- unpublish -------------------------------------------------------------------------
 
@@ -230,6 +248,10 @@ class Mounter:
         self._wait_exit(record.pid)
         if record.secrets_dir:
             _remove_secrets(record.secrets_dir)
+        cgroup = self._cgroup(record.target_path)
+        if cgroup is not None and not _alive(record.pid):
+            with contextlib.suppress(FileNotFoundError):
+                cgroup.rmdir()
         _remove_target(record.target_path)
         with contextlib.suppress(FileNotFoundError):
             self._record_path(record.key).unlink()
@@ -257,6 +279,12 @@ class Mounter:
                 continue
             log.warning("volume %s at %s: its mount is gone; cleaning up", record.volume_id, record.target_path)
             self._teardown(record)
+        if self.mount_cgroup is not None:  # cgroups of mounts that served open files after their unpublish
+            keys = {record.key for record in kept}
+            for cgroup in self.mount_cgroup.iterdir():
+                if cgroup.is_dir() and cgroup.name not in keys:
+                    with contextlib.suppress(OSError):
+                        cgroup.rmdir()
         return kept
 
 

@@ -1,10 +1,12 @@
 """`hdfsfuse csi`: the node plugin's process. Does I/O.
 
     hdfsfuse csi --endpoint unix:///csi/csi.sock --node-id NODE [--state-dir DIR] [--metrics-address H:P]
+                 [--mount-cgroup /host/sys/fs/cgroup/hdfsfuse-csi]
 
 At start it finds the volumes it published before a restart (`Mounter.recover`), then serves the
 Identity and Node services on the UNIX socket. On SIGTERM it stops serving and exits; the mounts
-stay (they are not the driver's children in any way that matters: each is a session of its own).
+stay: each is a session of its own, and with --mount-cgroup in a cgroup of its own, outside the
+driver container's, so a container runtime that kills the driver's cgroup leaves them serving.
 With --metrics-address it serves each volume's live stats (`hdfsfuse stats`) as Prometheus text
 at /metrics, labelled by volume id.
 """
@@ -25,7 +27,7 @@ import grpc
 
 from hdfsfuse.csi.mounts import Mounter
 from hdfsfuse.csi.service import NodeDriver, handlers
-from hdfsfuse.errors import ConfigError
+from hdfsfuse.errors import ConfigError, HdfsError
 from hdfsfuse.fuse.xattrs import STATS_XATTR
 from hdfsfuse.stats import prometheus_of
 
@@ -42,11 +44,15 @@ def socket_path(endpoint: str) -> str:
     return parsed.path
 
 
-def serve(endpoint: str, node_id: str, state_dir: str, metrics_address: str | None = None) -> int:
+def serve(endpoint: str, node_id: str, state_dir: str, metrics_address: str | None = None,
+          mount_cgroup: str | None = None) -> int:
     path = socket_path(endpoint)
     if not node_id:
         raise ConfigError("--node-id is empty")
-    mounter = Mounter(state_dir)
+    try:
+        mounter = Mounter(state_dir, mount_cgroup=mount_cgroup)
+    except (HdfsError, OSError) as e:
+        raise ConfigError(str(e)) from None
     kept = mounter.recover()
     log.info("hdfsfuse CSI node %s: %d volume(s) still published", node_id, len(kept))
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -119,10 +125,10 @@ def _serve_metrics(address: str, mounter: Mounter) -> http.server.ThreadingHTTPS
     return httpd
 
 
-def main(endpoint: str, node_id: str, state_dir: str, metrics_address: str | None) -> int:
+def main(endpoint: str, node_id: str, state_dir: str, metrics_address: str | None, mount_cgroup: str | None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return serve(endpoint, node_id, state_dir, metrics_address)
+        return serve(endpoint, node_id, state_dir, metrics_address, mount_cgroup)
     except ConfigError as e:
         print(f"hdfsfuse csi: {e}", file=sys.stderr)
         return 2

@@ -24,8 +24,10 @@ NOBODY = 65534
 
 @pytest.fixture
 def driver() -> Iterator[Driver]:
-    d = Driver().start()
+    d = Driver(container=True).start()
     yield d
+    if d.proc is None:
+        d.start()
     for record in Path(d.state_dir, "volumes").glob("*.json"):  # a failed test's volumes
         r = json.loads(record.read_text())
         try:
@@ -33,6 +35,7 @@ def driver() -> Iterator[Driver]:
         except CsiError:
             subprocess.run(["fusermount3", "-uz", r["target_path"]], capture_output=True)
     d.stop()
+    d.remove_cgroups()
 
 
 def mount_processes(target: str) -> list[str]:
@@ -75,10 +78,9 @@ def test_publish_read_as_non_root_restart_and_unpublish(cluster, secure, driver:
     assert {u.unit for u in stats.usage} == {csi.VolumeUsage.BYTES, csi.VolumeUsage.INODES}
     assert next(u.total for u in stats.usage if u.unit == csi.VolumeUsage.BYTES) > 0
 
-    # The driver dies (as a container restart kills it) and comes back: the mounts never noticed.
-    assert driver.proc is not None
-    driver.proc.kill()
-    driver.proc.wait()
+    # The driver's container is killed whole (a restart, an upgrade) and comes back: the mounts,
+    # in cgroups of their own, never noticed.
+    driver.kill_container()
     assert read_as(NOBODY, f"{simple_target}/f") == plain
     driver.start()
     assert read_as(NOBODY, f"{secure_target}/f") == secret_bytes
