@@ -177,7 +177,7 @@ _GAUGES = ("uptime_seconds", "open_files", "open_directories", "kept_names", "ke
            "short_circuit_open_blocks")
 _LABELS = {"namenode_rpcs": "method", "namenode_rpcs_by_role": "role", "cache_hits": "cache", "cache_misses": "cache",
            "datanode_latency_ms": "datanode", "datanode_sasl_handshakes": "layer",
-           "short_circuit_by_datanode": "datanode"}
+           "short_circuit_by_datanode": "datanode", "local_disk_reads": "how"}
 
 
 def prometheus(snap: dict[str, object]) -> str:

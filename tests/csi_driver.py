@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,8 @@ class CsiError(Exception):
 class Driver:
     """`hdfsfuse csi` on a socket of its own, with its state directory; restartable."""
 
-    def __init__(self, state_dir: str | None = None, node_id: str = "node-1", *, container: bool = False) -> None:
+    def __init__(self, state_dir: str | None = None, node_id: str = "node-1", *, container: bool = False,
+                 metrics_port: int | None = None) -> None:
         """`container`: run the driver as in a container of its own: in a cgroup that
         `kill_container` kills whole, as a container runtime does, with its mounts in another."""
         self.base = tempfile.mkdtemp(prefix="hdfsfuse-csi-")
@@ -43,6 +45,7 @@ class Driver:
         self.log = Path(f"{self.base}/driver.log")
         self.proc: subprocess.Popen[bytes] | None = None
         self.channel: grpc.Channel | None = None
+        self.metrics_port = metrics_port
         self.cgroup: Path | None = None
         self.mount_cgroup: Path | None = None
         if container:
@@ -59,6 +62,8 @@ class Driver:
     def start(self) -> Driver:
         argv = [sys.executable, "-m", "hdfsfuse.cli", "csi", "--endpoint", self.endpoint, "--node-id", self.node_id,
                 "--state-dir", self.state_dir]
+        if self.metrics_port is not None:
+            argv += ["--metrics-address", f"127.0.0.1:{self.metrics_port}"]
         if self.cgroup is not None:
             argv = ["sh", "-c", f'echo $$ > {self.cgroup}/cgroup.procs && exec "$@"', "driver", *argv,
                     "--mount-cgroup", str(self.mount_cgroup)]
@@ -115,6 +120,10 @@ class Driver:
     def unpublish(self, volume_id: str, target: str) -> None:
         self.call("Node", "NodeUnpublishVolume",
                   csi.NodeUnpublishVolumeRequest(volume_id=volume_id, target_path=target))
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=30) as r:
+            return r.read().decode()
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""

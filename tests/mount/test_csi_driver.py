@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import stat
 import subprocess
 import time
@@ -24,7 +26,7 @@ NOBODY = 65534
 
 @pytest.fixture
 def driver() -> Iterator[Driver]:
-    d = Driver(container=True).start()
+    d = Driver(container=True, metrics_port=free_port()).start()
     yield d
     if d.proc is None:
         d.start()
@@ -36,6 +38,12 @@ def driver() -> Iterator[Driver]:
             subprocess.run(["fusermount3", "-uz", r["target_path"]], capture_output=True)
     d.stop()
     d.remove_cgroups()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def mount_processes(target: str) -> list[str]:
@@ -72,6 +80,11 @@ def test_publish_read_as_non_root_restart_and_unpublish(cluster, secure, driver:
     with pytest.raises(CsiError) as e:
         driver.publish("vol-simple", simple_target, {"source": f"{cluster.uri}/csi/simple"})
     assert e.value.code == grpc.StatusCode.ALREADY_EXISTS
+
+    metrics = driver.metrics()  # each volume's own stats, labelled
+    served = re.search(r'^hdfsfuse_app_bytes_read\{volume_id="vol-simple"\} (\d+)$', metrics, re.M)
+    assert served is not None and int(served.group(1)) >= len(plain), metrics[:2000]
+    assert 'hdfsfuse_fuse_reads{volume_id="vol-kerberos"}' in metrics
 
     stats = driver.call("Node", "NodeGetVolumeStats", csi.NodeGetVolumeStatsRequest(
         volume_id="vol-simple", volume_path=simple_target))
