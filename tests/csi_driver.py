@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,6 +19,9 @@ from hdfsfuse.proto import csi_pb2 as csi
 from tests.minidfs import MiniDfs
 
 REPO = Path(__file__).resolve().parents[1]
+# The command that runs hdfsfuse for the driver; .ci/csi-image sets it to run the image's own
+# (`chroot ROOT /opt/hdfsfuse/bin/hdfsfuse`).
+COMMAND = shlex.split(os.environ.get("HDFSFUSE_CSI_COMMAND", "")) or [sys.executable, "-m", "hdfsfuse.cli"]
 CSI_SANITY = REPO / "tests" / ".build" / "csi-sanity"
 MOUNT = csi.VolumeCapability(mount=csi.VolumeCapability.MountVolume(),
                              access_mode=csi.VolumeCapability.AccessMode(mode=csi.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY))
@@ -60,7 +64,7 @@ class Driver:
         return f"unix://{self.socket}"
 
     def start(self) -> Driver:
-        argv = [sys.executable, "-m", "hdfsfuse.cli", "csi", "--endpoint", self.endpoint, "--node-id", self.node_id,
+        argv = [*COMMAND, "csi", "--endpoint", self.endpoint, "--node-id", self.node_id,
                 "--state-dir", self.state_dir]
         if self.metrics_port is not None:
             argv += ["--metrics-address", f"127.0.0.1:{self.metrics_port}"]
