@@ -217,14 +217,20 @@ class HdfsClient:
         only ever returned decrypted, at the end)."""
         if isinstance(file, str):
             file = await self.open(file)
-        if file.decryptor is not None:
-            arrival = None  # its landed bytes would be ciphertext
-        data = await self._fetch_stored(file, offset, length, inline_tried, arrival)
+        data = await self.fetch_stored(file, offset, length, inline_tried=inline_tried, arrival=arrival)
         return data if file.decryptor is None or not data else file.decryptor.decrypt(data, offset)
+
+    async def fetch_stored(self, file: HdfsFile, offset: int, length: int, *, inline_tried: bool = False,
+                           arrival: Arrival | None = None) -> bytes | bytearray:
+        """The range as the DataNodes store it: an encrypted file's ciphertext, which
+        `file.decryptor.decrypt(data, offset)` turns into its bytes (a reader that holds a range
+        before handing it out decrypts only what it hands out); any other file's bytes."""
+        if file.decryptor is not None:
+            arrival = None  # its landed bytes are ciphertext
+        return await self._fetch_stored(file, offset, length, inline_tried, arrival)
 
     async def _fetch_stored(self, file: HdfsFile, offset: int, length: int, inline_tried: bool,
                             arrival: Arrival | None) -> bytes | bytearray:
-        """The range as the DataNodes store it (an encrypted file's ciphertext)."""
         if file.under_construction and offset + length > file.length:
             await self.grow(file, strict=offset >= file.length)
         n = clamp(offset, length, file.length)

@@ -3,7 +3,7 @@
 A sequential reader's handle keeps buffers of the bytes ahead of it (`Chunk`), filled by
 background tasks within the mount's readahead budget (`readahead_total`). A read served from
 them waits for buffers in flight; a failed prefetch only makes its reads go to HDFS directly.
-Does I/O through the client's `fetch_range`.
+Does I/O through the client's `fetch_stored`: buffers hold bytes as stored.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from hdfsfuse.stats import Stats
 
 log = logging.getLogger(__name__)
 
-Fetch = Callable[..., Awaitable[bytes | bytearray]]  # HdfsClient.fetch_range
+Fetch = Callable[..., Awaitable[bytes | bytearray]]  # HdfsClient.fetch_stored
 
 
 @dataclass
 class Chunk:
-    """A readahead buffer: file bytes [offset, offset+length), filled by a background task.
-    An erasure-coded file's has an `arrival`: its first bytes can be read before the last land."""
+    """A readahead buffer: file bytes [offset, offset+length) as stored (an encrypted file's
+    ciphertext, decrypted as each read takes its part), filled by a background task. An
+    erasure-coded file's has an `arrival`: its first bytes can be read before the last land."""
 
     offset: int
     length: int
@@ -144,7 +145,9 @@ class Readahead:
                 data = chunk.data
             if data is None:
                 return None  # the prefetch failed: read directly
-            parts.append(memoryview(data)[lo:hi])
+            part = memoryview(data)[lo:hi]
+            decryptor = handle.file.decryptor
+            parts.append(part if decryptor is None else decryptor.decrypt(part, chunk.offset + lo))
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def drop(self, handle: OpenFile, before: int | None) -> None:

@@ -75,7 +75,7 @@ class HdfsOperations(pyfuse3.Operations):
         self.names = NameCache(options.entry_timeout, options.metadata_entries if options.identity == "mount" else 0)
         self.boundary = RequestBoundary(options.request_timeout)
         self.handles = OpenFiles()
-        self.readahead = Readahead(client.fetch_range, ReadaheadBudget(options.readahead_total),
+        self.readahead = Readahead(client.fetch_stored, ReadaheadBudget(options.readahead_total),
                                    options.request_timeout, self.stats, nursery)
         self.xattrs = ExtendedAttributes(self, client, self.stats_snapshot)
         self._dirs: dict[int, Listing] = {}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hdfsfuse.fuse.xattrs import STATS_XATTR
 from tests.conftest import local_user, random_bytes
 from tests.minidfs import MiniDfs
 
@@ -42,6 +43,23 @@ def test_tools_read_encrypted_files_exactly(kms_cluster: MiniDfs, mount) -> None
     with pytest.raises(OSError) as e:
         os.getxattr(m.path("/ez"), "user.hdfs.encryption")  # the zone's directory holds no file key
     assert e.value.errno == errno.ENODATA
+
+
+@pytest.mark.parametrize("mode", ["page cache", "direct_io"])
+def test_sequential_reads_through_readahead_decrypt_each_part_at_its_offset(kms_cluster: MiniDfs, mount,  # type: ignore[no-untyped-def]
+                                                                            mode: str) -> None:
+    # Readahead buffers hold ciphertext; each read decrypts its own part of them. Reads of an odd
+    # size (direct_io hands them to the daemon as they are) start at every offset modulo 16.
+    data = kms_cluster.put_bytes(random_bytes(20 * MiB + 5, seed=530), f"/ez/sequential-{mode.replace(' ', '-')}")
+    m = mount(kms_cluster, *(["direct_io"] if mode == "direct_io" else []))
+    path = m.path(f"/ez/sequential-{mode.replace(' ', '-')}")
+    got = bytearray()
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(100_003):
+            got += chunk
+    assert bytes(got) == data
+    stats = json.loads(os.getxattr(m.dir, STATS_XATTR))
+    assert stats["cache_hits"].get("readahead", 0) > 10  # the reads were served from readahead buffers
 
 
 def test_new_opens_fail_clearly_while_the_kms_is_down_and_open_files_keep_reading(

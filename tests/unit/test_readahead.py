@@ -112,7 +112,7 @@ def test_an_erasure_coded_file_reads_ahead_once_per_data_unit() -> None:
 
 
 def _operations(fetch_range: object, nursery: object) -> object:
-    """The mount's HdfsOperations over a fake client whose reads are `fetch_range`."""
+    """The mount's HdfsOperations over a fake client whose reads (direct and readahead) are `fetch_range`."""
     from types import SimpleNamespace
 
     from hdfsfuse.conf.mount_options import MountOptions
@@ -120,7 +120,7 @@ def _operations(fetch_range: object, nursery: object) -> object:
     from hdfsfuse.stats import Stats
 
     client = SimpleNamespace(namenode=None, stats=Stats(), credentials=None, fetch_range=fetch_range,
-                             read_now=lambda file, offset, length: None)
+                             fetch_stored=fetch_range, read_now=lambda file, offset, length: None)
     return HdfsOperations(client, "/", MountOptions(), "/mnt", nursery)  # type: ignore[arg-type]
 
 
@@ -146,7 +146,7 @@ async def test_a_buffer_an_earlier_read_waits_for_is_not_dropped_by_a_later_one(
 
     async with trio.open_nursery() as nursery:
         ops: Any = _operations(fetch_range, nursery)
-        file = SimpleNamespace(under_construction=False, length=FILE, path="/f")
+        file = SimpleNamespace(under_construction=False, length=FILE, path="/f", decryptor=None)
         handle = OpenFile(2, file, planner())  # type: ignore[arg-type]
         ops.handles.add(7, handle)
         handle.planner.plan(0, 1, FILE)  # a sequential run from offset 0...
