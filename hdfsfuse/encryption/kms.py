@@ -164,4 +164,8 @@ def _reason(e: BaseException, what: str) -> str:
         cause = cause.exceptions[0]
     if isinstance(e, OSError) and not e.strerror and isinstance(cause, OSError) and cause.strerror:
         return cause.strerror
+    if isinstance(cause, ssl.SSLCertVerificationError):  # trio.SSLStream's BrokenResourceError
+        return f"TLS: {cause.verify_message} (trust its CA: -o kms_ca_file=FILE, or the system's store)"
+    if isinstance(cause, ssl.SSLError):
+        return f"TLS: {cause.reason or cause}"
     return e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"

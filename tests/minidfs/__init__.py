@@ -206,6 +206,9 @@ class ClusterOptions:
     # A Hadoop KMS in its own JVM (tests.minidfs.kms), the NameNode's key provider: encryption
     # zones whose files other clients can decrypt. With `kerberos` it authenticates with SPNEGO.
     kms: bool = False
+    # The KMS serves https (kms://https@127.0.0.1:PORT/kms) with a certificate from a CA of the
+    # harness's own, whose PEM file the ready line gives as "kms_ca_file".
+    kms_https: bool = False
 
     def argv(self) -> list[str]:
         args = [
@@ -279,8 +282,12 @@ class MiniDfs:
             launcher_flags += ["--domain-socket-dir", str(self._socket_dir)]
         if self.options.kms:
             self.kms = Kms(self._base_dir, java=_java(), classpath=ensure_built(kms=True),
-                           host="localhost" if self.options.kerberos else "127.0.0.1")
+                           host="localhost" if self.options.kerberos else "127.0.0.1", https=self.options.kms_https)
             launcher_flags += ["--kms-uri", self.kms.uri]
+            if self.kms.https:  # the NameNode's KMS client (no ssl-client.xml: the JVM's trust store)
+                jvm_flags += [f"-Djavax.net.ssl.trustStore={self.kms.trust_store}",
+                              f"-Djavax.net.ssl.trustStorePassword={Kms.TLS_PASSWORD}",
+                              "-Djavax.net.ssl.trustStoreType=PKCS12"]
             if not self.options.kerberos:
                 self.kms.start()  # a Kerberos KMS needs the cluster's KDC: it starts after the cluster
         argv = [
@@ -316,6 +323,8 @@ class MiniDfs:
                     self.stop()
                     raise MiniDfsError(str(e)) from None
             ready["kms"] = self.kms.uri
+            if self.kms.https:
+                ready["kms_ca_file"] = self.kms.ca_file
         return self
 
     def stop(self) -> None:

@@ -58,6 +58,8 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
     p.add_argument("--kms", action="store_true",
                    help="a Hadoop KMS (own JVM, Hadoop 3.4.2) as the NameNode's key provider: encryption zones "
                         "any client can read; SPNEGO with --kerberos")
+    p.add_argument("--kms-https", action="store_true",
+                   help="with --kms: the KMS serves https; the ready line gives its CA as kms_ca_file")
     p.add_argument("--hadoop-version", metavar="X.Y.Z", default=None,
                    help="run this Hadoop release (the launcher is built against it once, with Maven, and kept); "
                         f"default ${HADOOP_VERSION_ENV}, else {DEFAULT_HADOOP_VERSION}")
@@ -86,7 +88,7 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
         ticket_lifetime=a.ticket_lifetime, proxy_user=a.proxy_user, io_file_buffer_size=a.io_file_buffer_size,
         crypto_buffer_size=a.crypto_buffer_size,
         short_circuit=a.short_circuit, federation=a.federation or (2 if a.router else 0), router=a.router,
-        hadoop_version=a.hadoop_version or default_hadoop_version(), kms=a.kms,
+        hadoop_version=a.hadoop_version or default_hadoop_version(), kms=a.kms or a.kms_https, kms_https=a.kms_https,
     )
 
 

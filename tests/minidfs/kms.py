@@ -12,6 +12,7 @@ import json
 import os
 import selectors
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -44,9 +45,14 @@ def _free_port() -> int:
 class Kms:
     """One KMS JVM, simple auth unless `use_kerberos` (SPNEGO) was called before `start`."""
 
-    def __init__(self, base_dir: Path, *, java: str, classpath: str, host: str = "127.0.0.1") -> None:
+    def __init__(self, base_dir: Path, *, java: str, classpath: str, host: str = "127.0.0.1",
+                 https: bool = False) -> None:
         self.conf_dir = base_dir / "kms"
         self.conf_dir.mkdir(parents=True, exist_ok=True)
+        # https: a certificate for localhost and 127.0.0.1 from a CA of the harness's own
+        # (`ca_file`, PEM; `trust_store`, PKCS12, for the cluster's JVM).
+        self.https = https
+        self.scheme = "https" if https else "http"
         (base_dir / "kms-tmp").mkdir(exist_ok=True)
         self._java, self._classpath = java, classpath
         self._kerberos: dict[str, str] | None = None
@@ -59,6 +65,40 @@ class Kms:
         self._key_acls: dict[str, dict[str, str]] = {}
         self._write_site()
         self._write_acls()
+        if https:
+            self._make_certificates()
+
+    TLS_PASSWORD = "hdfsfuse-test"
+
+    @property
+    def ca_file(self) -> str:
+        return str(self.conf_dir / "ca.pem")
+
+    @property
+    def trust_store(self) -> str:
+        return str(self.conf_dir / "trust.p12")
+
+    def _make_certificates(self) -> None:
+        d, password = self.conf_dir, self.TLS_PASSWORD
+
+        def run(*argv: str) -> None:
+            subprocess.run(argv, check=True, capture_output=True, cwd=d)
+
+        run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+            "-days", "3", "-subj", "/CN=hdfsfuse test KMS CA")
+        run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "kms.key", "-out", "kms.csr",
+            "-subj", "/CN=localhost")
+        (d / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+        run("openssl", "x509", "-req", "-in", "kms.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "kms.pem", "-days", "3", "-extfile", "san.ext")
+        run("openssl", "pkcs12", "-export", "-in", "kms.pem", "-inkey", "kms.key", "-certfile", "ca.pem",
+            "-name", "kms", "-out", "kms.p12", "-passout", f"pass:{password}")
+        keytool = str(Path(self._java).parent / "keytool")
+        run(keytool, "-importkeystore", "-noprompt", "-srckeystore", "kms.p12", "-srcstoretype", "PKCS12",
+            "-srcstorepass", password, "-destkeystore", "kms.jks", "-deststoretype", "JKS",
+            "-deststorepass", password, "-destkeypass", password)
+        run(keytool, "-importcert", "-noprompt", "-alias", "ca", "-file", "ca.pem", "-keystore", "trust.p12",
+            "-storetype", "PKCS12", "-storepass", password)
 
     def use_kerberos(self, *, krb5_conf: str, keytab: str, principal: str) -> None:
         """Authenticate with SPNEGO as `principal` (HTTP/localhost) from the cluster's KDC (before `start`)."""
@@ -82,12 +122,13 @@ class Kms:
 
     @property
     def http_url(self) -> str:
-        return f"http://{self.host}:{self.port}/kms"
+        return f"{self.scheme}://{self.host}:{self.port}/kms"
 
     @property
     def uri(self) -> str:
-        """The key provider URI a NameNode or client takes: kms://http@127.0.0.1:PORT/kms."""
-        return f"kms://http@{self.host}:{self.port}/kms"
+        """The key provider URI a NameNode or client takes: kms://http@127.0.0.1:PORT/kms
+        (kms://https@... for an https KMS)."""
+        return f"kms://{self.scheme}@{self.host}:{self.port}/kms"
 
     @property
     def running(self) -> bool:
@@ -101,6 +142,7 @@ class Kms:
             self._java, "-Xmx256m", "--add-opens", "java.base/java.lang=ALL-UNNAMED", *flags,
             f"-Dhadoop.tmp.dir={self._tmp}", "-cp", self._classpath, "hdfsfuse.minidfs.KmsMain",
             str(self.conf_dir), str(self.port),
+            *([str(self.conf_dir / "kms.jks"), self.TLS_PASSWORD] if self.https else []),
         ]
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
@@ -207,5 +249,6 @@ class Kms:
         url = f"{self.http_url}{path}{sep}user.name={urllib.parse.quote(user)}"
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=30) as reply:
+        context = ssl.create_default_context(cafile=self.ca_file) if self.https else None
+        with urllib.request.urlopen(request, timeout=30, context=context) as reply:
             return json.loads(reply.read() or b"null")

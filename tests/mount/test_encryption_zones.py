@@ -62,6 +62,24 @@ def test_sequential_reads_through_readahead_decrypt_each_part_at_its_offset(kms_
     assert stats["cache_hits"].get("readahead", 0) > 10  # the reads were served from readahead buffers
 
 
+def test_an_https_kms_with_its_ca_file_or_the_systems_and_one_no_ca_vouches_for(fresh_cluster, mount) -> None:  # type: ignore[no-untyped-def]
+    cluster = fresh_cluster(kms=True, kms_https=True)
+    assert cluster.ready["kms"].startswith("kms://https@")
+    cluster.create_encryption_zone("/ez", "tls-key")
+    data = cluster.put_bytes(random_bytes(500_000, seed=540), "/ez/f")
+    ca_file = cluster.ready["kms_ca_file"]
+    named = mount(cluster, f"kms_ca_file={ca_file}")
+    assert open(named.path("/ez/f"), "rb").read() == data
+    system = mount(cluster, env={"SSL_CERT_FILE": ca_file})  # the system's CAs: OpenSSL's default paths
+    assert open(system.path("/ez/f"), "rb").read() == data
+    untrusted = mount(cluster)
+    with pytest.raises(OSError) as e:
+        open(untrusted.path("/ez/f"), "rb")
+    assert e.value.errno == errno.EIO
+    [line] = [ln for ln in untrusted.log_text().splitlines() if "/ez/f" in ln and "tls-key" in ln]
+    assert "TLS: self-signed certificate in certificate chain (trust its CA: -o kms_ca_file=FILE" in line, line
+
+
 def test_new_opens_fail_clearly_while_the_kms_is_down_and_open_files_keep_reading(
         kms_cluster: MiniDfs, mount) -> None:  # type: ignore[no-untyped-def]
     first = kms_cluster.put_bytes(random_bytes(2 * MiB, seed=522), "/ez/kms-down-1")

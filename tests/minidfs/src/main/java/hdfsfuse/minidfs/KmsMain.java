@@ -9,8 +9,9 @@ import org.apache.hadoop.crypto.key.kms.server.MiniKMS;
  * A Hadoop KMS for a kms test cluster, alone in its JVM (Hadoop 3.4.2 jars: see the pom's kms profile).
  *
  * <p>Arguments: the KMS conf dir (kms-site.xml and kms-acls.xml written by the harness beforehand;
- * MiniKMS keeps them) and a port (0: any). Prints one JSON line, {"url": ...}, on stdout, then
- * serves until stdin closes. Everything else the KMS logs goes to stderr.
+ * MiniKMS keeps them), a port (0: any), and for https a JKS key store and its password. Prints one
+ * JSON line, {"url": ...}, on stdout, then serves until stdin closes. Everything else the KMS logs
+ * goes to stderr.
  */
 public final class KmsMain {
   private KmsMain() {}
@@ -22,6 +23,9 @@ public final class KmsMain {
     int port = Integer.parseInt(args[1]);
     if (port > 0) {
       builder.setPort(port);
+    }
+    if (args.length >= 4) {
+      builder.setSslConf(new File(args[2]), args[3]);
     }
     MiniKMS kms = builder.build();
     try {
