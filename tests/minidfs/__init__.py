@@ -316,7 +316,8 @@ class MiniDfs:
         if self.kms is not None:
             if self.options.kerberos:
                 self.kms.use_kerberos(krb5_conf=ready["kerberos"]["krb5_conf"],
-                                      keytab=ready["kerberos"]["service_keytab"], principal="HTTP/localhost")
+                                      keytab=ready["kerberos"]["service_keytab"], principal="HTTP/localhost",
+                                      proxy_user=self.options.proxy_user)
                 try:
                     self.kms.start()
                 except KmsError as e:

@@ -56,6 +56,7 @@ class Kms:
         (base_dir / "kms-tmp").mkdir(exist_ok=True)
         self._java, self._classpath = java, classpath
         self._kerberos: dict[str, str] | None = None
+        self._proxy_user: str | None = None
         self._tmp = base_dir / "kms-tmp"
         self.port = _free_port()
         # A Kerberos KMS is HTTP/localhost: clients name it by the host in its URI.
@@ -100,9 +101,11 @@ class Kms:
         run(keytool, "-importcert", "-noprompt", "-alias", "ca", "-file", "ca.pem", "-keystore", "trust.p12",
             "-storetype", "PKCS12", "-storepass", password)
 
-    def use_kerberos(self, *, krb5_conf: str, keytab: str, principal: str) -> None:
-        """Authenticate with SPNEGO as `principal` (HTTP/localhost) from the cluster's KDC (before `start`)."""
+    def use_kerberos(self, *, krb5_conf: str, keytab: str, principal: str, proxy_user: str | None = None) -> None:
+        """Authenticate with SPNEGO as `principal` (HTTP/localhost) from the cluster's KDC (before
+        `start`). `proxy_user`: a principal's short name the KMS lets act for any user (doAs)."""
         self._kerberos = {"krb5_conf": krb5_conf, "keytab": keytab, "principal": principal}
+        self._proxy_user = proxy_user
         self._write_site()
 
     def _write_site(self) -> None:
@@ -118,6 +121,9 @@ class Kms:
                 "hadoop.kms.authentication.kerberos.name.rules": "DEFAULT",
                 "hadoop.security.authentication": "kerberos",
             })
+            if self._proxy_user:
+                site.update({f"hadoop.kms.proxyuser.{self._proxy_user}.{what}": "*"
+                             for what in ("users", "groups", "hosts")})
         (self.conf_dir / "kms-site.xml").write_text(_properties(site))
 
     @property

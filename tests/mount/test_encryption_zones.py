@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hdfsfuse.fuse.xattrs import STATS_XATTR
-from tests.conftest import local_user, random_bytes
+from tests.conftest import keytab_options, local_user, no_ticket_env, random_bytes
 from tests.minidfs import MiniDfs
 
 MiB = 1 << 20
@@ -126,6 +126,31 @@ def test_a_key_acl_denies_one_local_user_while_another_reads(kms_cluster: MiniDf
         assert denied and "DECRYPT_EEK" in denied[0]
     finally:
         kms_cluster.set_key_acl("userkey", "DECRYPT_EEK", "*")
+
+
+def test_kerberos_identity_caller_asks_the_kms_as_each_caller(secure, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # The mount logs in as hfuse (a proxy user of the NameNode and the KMS); under identity=caller
+    # the KMS is asked with doAs=<the local user>, so its key ACL decides per user.
+    cluster = secure(kms=True, proxy_user="hfuse")
+    local_user("hdfsfuse-alice")
+    local_user("hdfsfuse-bob")
+    cluster.create_key("callerkey")
+    cluster.create_encryption_zone("/ez-callers", "callerkey")
+    data = cluster.put_bytes(random_bytes(200_000, seed=541), "/ez-callers/f")
+    cluster.chmod("/ez-callers/f", "644")
+    cluster.set_key_acl("callerkey", "DECRYPT_EEK", "hdfsfuse-alice")
+    m = mount(cluster, "allow_other", "identity=caller", *keytab_options(cluster, "hfuse"),
+              env=no_ticket_env(tmp_path))
+
+    def cat(user: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(["runuser", "-u", user, "--", "cat", m.path("/ez-callers/f")], capture_output=True)
+
+    bob = cat("hdfsfuse-bob")
+    assert bob.returncode != 0 and b"Permission denied" in bob.stderr
+    alice = cat("hdfsfuse-alice")
+    assert alice.returncode == 0 and alice.stdout == data
+    denied = [line for line in m.log_text().splitlines() if "hdfsfuse-bob" in line and "callerkey@0" in line]
+    assert denied and "DECRYPT_EEK" in denied[0], m.log_text()[-3000:]
 
 
 def test_nothing_in_the_block_cache_is_plaintext(kms_cluster: MiniDfs, mount, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
