@@ -45,6 +45,35 @@ def test_tools_read_encrypted_files_exactly(kms_cluster: MiniDfs, mount) -> None
     assert e.value.errno == errno.ENODATA
 
 
+def test_rolled_keys_snapshots_and_erasure_coding_in_zones_through_the_mount(kms_cluster: MiniDfs, mount) -> None:  # type: ignore[no-untyped-def]
+    kms_cluster.create_key("mount-roll")
+    kms_cluster.create_encryption_zone("/ezm", "mount-roll")
+    old = kms_cluster.put_bytes(random_bytes(1_300_000, seed=542), "/ezm/old")
+    kms_cluster.roll_key("mount-roll")
+    new = kms_cluster.put_bytes(random_bytes(1_100_000, seed=543), "/ezm/new")
+    kms_cluster.allow_snapshot("/ezm")
+    kms_cluster.create_snapshot("/ezm", "s1")
+    replaced = kms_cluster.put_bytes(random_bytes(700_000, seed=544), "/ezm/old")  # a new EDEK and IV
+    kms_cluster.set_ec_policy("/ezm/xor", "XOR-2-1-1024k")
+    striped = kms_cluster.put_bytes(random_bytes(4 * MiB + 321, seed=545), "/ezm/xor/f")
+    m = mount(kms_cluster)
+    versions = {name: json.loads(os.getxattr(m.path(f"/ezm/{name}"), "user.hdfs.encryption"))["key_version"]
+                for name in ("new", ".snapshot/s1/old")}
+    assert versions == {"new": "mount-roll@1", ".snapshot/s1/old": "mount-roll@0"}
+    rnd = random.Random(546)
+    for path, data in (("/ezm/.snapshot/s1/old", old), ("/ezm/new", new), ("/ezm/old", replaced),
+                       ("/ezm/xor/f", striped)):
+        with open(m.path(path), "rb") as f:
+            assert f.read() == data, path
+        fd = os.open(m.path(path), os.O_RDONLY)
+        try:
+            for _ in range(10):
+                offset, length = rnd.randrange(len(data)), rnd.randrange(1, 300_000)
+                assert os.pread(fd, length, offset) == data[offset : offset + length], (path, offset, length)
+        finally:
+            os.close(fd)
+
+
 @pytest.mark.parametrize("mode", ["page cache", "direct_io"])
 def test_sequential_reads_through_readahead_decrypt_each_part_at_its_offset(kms_cluster: MiniDfs, mount,  # type: ignore[no-untyped-def]
                                                                             mode: str) -> None:
