@@ -37,14 +37,14 @@ class CsiError(Exception):
 class Driver:
     """`hdfsfuse csi` on a socket of its own, with its state directory; restartable."""
 
-    def __init__(self, state_dir: str | None = None, node_id: str = "node-1", *, container: bool = False,
+    def __init__(self, node_id: str = "node-1", *, container: bool = False,
                  metrics_port: int | None = None) -> None:
         """`container`: run the driver as in a container of its own: in a cgroup that
         `kill_container` kills whole, as a container runtime does, with its mounts in another."""
         self.base = tempfile.mkdtemp(prefix="hdfsfuse-csi-")
         os.chmod(self.base, 0o755)  # pods' users reach their volumes (kubelet's pod directories are not 0700)
         self.socket = f"{self.base}/csi.sock"
-        self.state_dir = state_dir or f"{self.base}/state"
+        self.state_dir = f"{self.base}/state"
         self.node_id = node_id
         self.log = Path(f"{self.base}/driver.log")
         self.proc: subprocess.Popen[bytes] | None = None

@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -40,6 +41,7 @@ from hdfsfuse.errors import HdfsError
 
 log = logging.getLogger(__name__)
 
+COMMAND = [sys.executable, "-m", "hdfsfuse.cli"]  # each volume's `hdfsfuse mount -f`
 UNMOUNT_SECONDS = 10.0  # fusermount3 on a mount whose daemon hangs must not hang kubelet
 EXIT_SECONDS = 10.0  # a daemon's own exit after its unmount
 
@@ -91,8 +93,7 @@ class Mounter:
     """Publishes and unpublishes volumes; one lock per target path, so kubelet's retries and
     concurrent calls for the same target never interleave."""
 
-    def __init__(self, state_dir: str, *, publish_timeout: float = 60.0, mount_cgroup: str | None = None,
-                 command: list[str] | None = None) -> None:
+    def __init__(self, state_dir: str, *, publish_timeout: float = 60.0, mount_cgroup: str | None = None) -> None:
         self.state_dir = Path(state_dir)
         self.publish_timeout = publish_timeout
         # A cgroup (v2) directory outside the driver container's: each mount process moves into a
@@ -102,7 +103,6 @@ class Mounter:
             if not (self.mount_cgroup.parent / "cgroup.procs").exists():
                 raise HdfsError(f"--mount-cgroup {mount_cgroup}: its parent is not a cgroup v2 directory")
             self.mount_cgroup.mkdir(exist_ok=True)
-        self.command = command or [sys.executable, "-m", "hdfsfuse.cli"]
         for sub in ("volumes", "secrets", "logs"):
             (self.state_dir / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
         self._locks: dict[str, threading.Lock] = {}
@@ -181,24 +181,24 @@ class Mounter:
         log.info("published volume %s at %s (pid %d)", plan.volume_id, plan.target_path, record.pid)
 
     def _start(self, plan: PublishPlan, secrets_dir: str) -> int:
-        """Start the mount process and wait for READY=1, or for it to fail; its pid."""
+        """Start the mount process and wait for READY=1, or for it to fail; its pid. A process
+        that is not ready when this returns or raises is killed."""
         log_path = self.log_file(plan.target_path)
-        notify_path = self.state_dir / f"notify-{target_key(plan.target_path)}"
-        with contextlib.suppress(FileNotFoundError):
-            notify_path.unlink()
+        # An abstract socket: no file to leave behind, no path-length limit; a name nobody guesses.
+        notify_name = f"@hdfsfuse-csi-{os.getpid()}-{target_key(plan.target_path)}-{secrets.token_hex(8)}"
         options = plan.mount_options(secrets_dir)
-        argv = [*self.command, "mount", "-f", plan.source, plan.target_path, "-o", ",".join(options)]
-        env = {**os.environ, **plan.environment(secrets_dir), "NOTIFY_SOCKET": str(notify_path)}
+        argv = [*COMMAND, "mount", "-f", plan.source, plan.target_path, "-o", ",".join(options)]
+        env = {**os.environ, **plan.environment(secrets_dir), "NOTIFY_SOCKET": notify_name}
         env.pop("JOURNAL_STREAM", None)
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
-            notify.bind(str(notify_path))
+            notify.bind("\0" + notify_name[1:])
+            start = log_path.stat().st_size if log_path.exists() else 0
+            with log_path.open("ab") as log_out:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_out, stderr=log_out,
+                                        env=env, start_new_session=True, close_fds=True)
+            self._children[proc.pid] = proc
             try:
-                with log_path.open("ab") as log_out:
-                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_out, stderr=log_out,
-                                            env=env, start_new_session=True, close_fds=True)
-                self._children[proc.pid] = proc
                 self._adopt(proc.pid, plan.target_path)
-                start = log_path.stat().st_size
                 deadline = time.monotonic() + self.publish_timeout
                 while True:
                     notify.settimeout(max(0.01, min(0.1, deadline - time.monotonic())))
@@ -209,12 +209,11 @@ class Mounter:
                     if code is not None:
                         raise PublishFailed(_last_error(log_path, start, plan), config=code == 2)
                     if time.monotonic() > deadline:
-                        _stop(proc.pid)
                         raise PublishFailed(f"cannot mount {plan.source} at {plan.target_path}: not ready after "
                                             f"{self.publish_timeout:g} s")
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    notify_path.unlink()
+            except BaseException:
+                _stop(proc.pid)
+                raise
 
     def _cgroup(self, target_path: str) -> Path | None:
         return None if self.mount_cgroup is None else self.mount_cgroup / target_key(target_path)
