@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
+from collections.abc import Mapping
 
 
 @dataclasses.dataclass
@@ -198,18 +199,17 @@ def prometheus_of(snaps: list[tuple[dict[str, str], dict[str, object]]]) -> str:
             if key not in snap:
                 continue
             value = snap[key]
-            common = [f'{k}="{_escape(v)}"' for k, v in labels.items()]
             if isinstance(value, dict):
                 for label, v in value.items():
-                    lines.append(f"{name}{{{','.join([*common, f'{_LABELS[key]}={_quote(label)}'])}}} {v}")
+                    lines.append(f"{name}{_labels({**labels, _LABELS[key]: label})} {v}")
             else:
-                lines.append(f"{name}{{{','.join(common)}}} {value}" if common else f"{name} {value}")
+                lines.append(f"{name}{_labels(labels)} {value}")
     return "\n".join(lines) + "\n"
 
 
-def _escape(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _quote(value: object) -> str:
-    return f'"{_escape(value)}"'
+def _labels(labels: Mapping[str, object]) -> str:
+    """`{k="v",...}` with the values escaped, or nothing when there are none."""
+    if not labels:
+        return ""
+    escaped = (str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") for v in labels.values())
+    return "{" + ",".join(f'{k}="{v}"' for k, v in zip(labels, escaped, strict=True)) + "}"

@@ -148,15 +148,16 @@ class Mounter:
         """Mount `plan` at its target path; nothing is left behind when it fails. Idempotent."""
         with self._lock(plan.target_path):
             record = self.load(plan.target_path)
-            mounted = is_mounted(plan.target_path)
-            if mounted and record is not None and record.volume_id == plan.volume_id \
-                    and record.fingerprint == plan.fingerprint and _alive(record.pid):
-                return  # already published as asked
-            if mounted and (record is None or record.volume_id != plan.volume_id
-                            or record.fingerprint != plan.fingerprint):
-                raise TargetBusy(f"{plan.target_path} already holds "
-                                 + ("another mount" if record is None else f"volume {record.volume_id}")
-                                 + (" with other attributes" if record and record.volume_id == plan.volume_id else ""))
+            if is_mounted(plan.target_path):
+                if record is None:
+                    raise TargetBusy(f"{plan.target_path} already holds another mount")
+                if record.volume_id != plan.volume_id:
+                    raise TargetBusy(f"{plan.target_path} already holds volume {record.volume_id}")
+                if record.fingerprint != plan.fingerprint:
+                    raise TargetBusy(f"{plan.target_path} already holds volume {record.volume_id} "
+                                     "with other attributes")
+                if _alive(record.pid):
+                    return  # already published as asked
             if record is not None:  # left by a crash, or its mount died: clean it first
                 self._teardown(record)
             self._mount(plan)

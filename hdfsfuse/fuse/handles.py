@@ -135,6 +135,7 @@ class Readahead:
             return None
         self.stats.cache_hits["readahead"] += 1
         parts = []
+        decryptor = handle.file.decryptor  # buffers hold an encrypted file's ciphertext
         for chunk in covering:
             lo = max(start, chunk.offset) - chunk.offset
             hi = min(end, chunk.end) - chunk.offset
@@ -146,7 +147,6 @@ class Readahead:
             if data is None:
                 return None  # the prefetch failed: read directly
             part = memoryview(data)[lo:hi]
-            decryptor = handle.file.decryptor
             parts.append(part if decryptor is None else decryptor.decrypt(part, chunk.offset + lo))
         return parts[0] if len(parts) == 1 else b"".join(parts)
 

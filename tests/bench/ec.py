@@ -26,14 +26,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from hdfsfuse.erasure import codec as erasure
-from tests.bench.run import Contender, Result, _java, _worker, daemon_pid, measure, random_reads, summary
+from tests.bench.run import (
+    Contender,
+    Result,
+    _java,
+    _worker,
+    daemon_pid,
+    measure,
+    random_local_file,
+    random_reads,
+    summary,
+    write_offsets,
+)
 from tests.minidfs import ClusterOptions, MiniDfs
 from tests.mounting import Mount
 
@@ -73,20 +83,12 @@ def main() -> None:
             tempfile.TemporaryDirectory() as work:
         cluster.set_ec_policy("/ec", "RS-3-2-1024k")
         local = Path(work) / "data"
-        rng = random.Random(1)
-        with local.open("wb") as f:  # in pieces: randbytes takes at most 256 MiB at once
-            for start in range(0, size, 64 * MiB):
-                f.write(rng.randbytes(min(64 * MiB, size - start)))
+        random_local_file(local, size, seed=1)
         cluster.put(local, PATH)
         local.unlink()
 
-        def offsets_file(name: str, reads: list[tuple[int, int]]) -> str:
-            path = Path(work) / name
-            path.write_text("".join(f"{o} {n}\n" for o, n in reads))
-            return str(path)
-
-        warm = offsets_file("warm", random_reads(size, 200, 4096, True, 99))
-        w1 = offsets_file("w1", random_reads(size, a.reads, 4096, True, 11))
+        warm = write_offsets(Path(work) / "warm", random_reads(size, 200, 4096, True, 99))
+        w1 = write_offsets(Path(work) / "w1", random_reads(size, a.reads, 4096, True, 11))
         mount = Mount(cluster)
         direct = Mount(cluster, "direct_io")
         try:

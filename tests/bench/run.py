@@ -245,6 +245,20 @@ def write_random_file(cluster: MiniDfs, work: Path, path: str, size: int, seed: 
     local.unlink()
 
 
+def random_local_file(path: Path, size: int, seed: int) -> None:
+    """`size` seeded random bytes in a local file (written in pieces: randbytes takes at most 256 MiB)."""
+    rng = random.Random(seed)
+    with path.open("wb") as f:
+        for start in range(0, size, 64 * MiB):
+            f.write(rng.randbytes(min(64 * MiB, size - start)))
+
+
+def write_offsets(path: Path, reads: list[tuple[int, int]]) -> str:
+    """A contender's offsets file: one "offset length" line per read; its path."""
+    path.write_text("".join(f"{o} {n}\n" for o, n in reads))
+    return str(path)
+
+
 # ----- measuring -----------------------------------------------------------------------------------
 
 
@@ -340,9 +354,7 @@ def run(sizes: Sizes, reps: int, out_dir: Path) -> dict[str, object]:
         print("data sets written", flush=True)
 
         def offsets_file(name: str, reads: list[tuple[int, int]]) -> str:
-            path = Path(work) / name
-            path.write_text("".join(f"{o} {n}\n" for o, n in reads))
-            return str(path)
+            return write_offsets(Path(work) / name, reads)
 
         mounts = {"page cache": Mount(cluster), "direct_io": Mount(cluster, "direct_io")}
         floor = FloorMount({"/bench/big": sizes.big, "/bench/huge": sizes.huge})

@@ -132,6 +132,18 @@ def test_new_opens_fail_clearly_while_the_kms_is_down_and_open_files_keep_readin
     assert "ezkey@0" in lines[0] and kms_cluster.ready["kms"] in lines[0] and "Connection refused" in lines[0]
 
 
+def _cat_as(user: str, path: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["runuser", "-u", user, "--", "cat", path], capture_output=True)
+
+
+def _only_alice_reads(path: str, data: bytes) -> None:
+    """The key ACL lets hdfsfuse-alice decrypt `path` and refuses hdfsfuse-bob (asked first)."""
+    bob = _cat_as("hdfsfuse-bob", path)
+    assert bob.returncode != 0 and b"Permission denied" in bob.stderr
+    alice = _cat_as("hdfsfuse-alice", path)
+    assert alice.returncode == 0 and alice.stdout == data
+
+
 def test_a_key_acl_denies_one_local_user_while_another_reads(kms_cluster: MiniDfs, mount) -> None:  # type: ignore[no-untyped-def]
     local_user("hdfsfuse-alice")
     local_user("hdfsfuse-bob")
@@ -142,15 +154,8 @@ def test_a_key_acl_denies_one_local_user_while_another_reads(kms_cluster: MiniDf
     kms_cluster.set_key_acl("userkey", "DECRYPT_EEK", "hdfsfuse-alice")
     try:
         m = mount(kms_cluster, "allow_other", "identity=caller")
-
-        def cat(user: str) -> subprocess.CompletedProcess[bytes]:
-            return subprocess.run(["runuser", "-u", user, "--", "cat", m.path("/ez-users/f")], capture_output=True)
-
-        bob = cat("hdfsfuse-bob")
-        assert bob.returncode != 0 and b"Permission denied" in bob.stderr
-        alice = cat("hdfsfuse-alice")
-        assert alice.returncode == 0 and alice.stdout == data
-        assert cat("hdfsfuse-bob").returncode != 0  # alice's key is never handed to bob
+        _only_alice_reads(m.path("/ez-users/f"), data)
+        assert _cat_as("hdfsfuse-bob", m.path("/ez-users/f")).returncode != 0  # alice's key is never handed to bob
         denied = [line for line in m.log_text().splitlines() if "hdfsfuse-bob" in line and "userkey@0" in line]
         assert denied and "DECRYPT_EEK" in denied[0]
     finally:
@@ -170,14 +175,7 @@ def test_kerberos_identity_caller_asks_the_kms_as_each_caller(secure, mount, tmp
     cluster.set_key_acl("callerkey", "DECRYPT_EEK", "hdfsfuse-alice")
     m = mount(cluster, "allow_other", "identity=caller", *keytab_options(cluster, "hfuse"),
               env=no_ticket_env(tmp_path))
-
-    def cat(user: str) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(["runuser", "-u", user, "--", "cat", m.path("/ez-callers/f")], capture_output=True)
-
-    bob = cat("hdfsfuse-bob")
-    assert bob.returncode != 0 and b"Permission denied" in bob.stderr
-    alice = cat("hdfsfuse-alice")
-    assert alice.returncode == 0 and alice.stdout == data
+    _only_alice_reads(m.path("/ez-callers/f"), data)
     denied = [line for line in m.log_text().splitlines() if "hdfsfuse-bob" in line and "callerkey@0" in line]
     assert denied and "DECRYPT_EEK" in denied[0], m.log_text()[-3000:]
 
