@@ -13,7 +13,7 @@ import trio
 from hdfsfuse import errors
 from tests.clients import client_for
 from tests.conftest import random_bytes
-from tests.minidfs import MiniDfs
+from tests.minidfs import MiniDfs, MiniDfsError
 
 MiB = 1 << 20
 
@@ -147,3 +147,8 @@ async def test_the_block_cache_holds_only_ciphertext(kms_cluster: MiniDfs, tmp_p
     samples = [rnd.randrange(len(data) - 32) for _ in range(300)]
     assert any(raw[i : i + 32] in stored for i in samples)  # the cache did keep these blocks
     assert not any(data[i : i + 32] in stored for i in samples)
+
+
+def test_the_harness_refuses_an_acl_for_an_unknown_key_with_a_clear_error(kms_cluster: MiniDfs) -> None:
+    with pytest.raises(MiniDfsError, match="key no-such-key: the KMS refused to generate an EEK"):
+        kms_cluster.set_key_acl("no-such-key", "DECRYPT_EEK", "alice")

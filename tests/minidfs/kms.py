@@ -229,8 +229,11 @@ class Kms:
         if self._kerberos:
             time.sleep(3.0)  # no simple-auth probe on a Kerberos KMS: the reload takes 1-2 s
             return
-        generated = self._request("GET", f"/v1/key/{urllib.parse.quote(key)}/_eek?eek_op=generate&num_keys=1",
-                                  user="hdfs")
+        try:
+            generated = self._request("GET", f"/v1/key/{urllib.parse.quote(key)}/_eek?eek_op=generate&num_keys=1",
+                                      user="hdfs")
+        except urllib.error.HTTPError as e:  # an unknown key, most often
+            raise KmsError(f"key {key}: the KMS refused to generate an EEK ({e.code}: {_kms_message(e)})") from None
         eek = generated[0]
         body = {"name": key, "iv": eek["iv"], "material": eek["encryptedKeyVersion"]["material"]}
         version = urllib.parse.quote(eek["versionName"])
@@ -258,3 +261,11 @@ class Kms:
         context = ssl.create_default_context(cafile=self.ca_file) if self.https else None
         with urllib.request.urlopen(request, timeout=30, context=context) as reply:
             return json.loads(reply.read() or b"null")
+
+
+def _kms_message(e: urllib.error.HTTPError) -> str:
+    """The KMS's own words in an error reply (its JSON RemoteException), else the HTTP reason."""
+    try:
+        return str(json.loads(e.read())["RemoteExceptionMessage"])
+    except (ValueError, KeyError, TypeError, OSError):
+        return str(e.reason)
