@@ -52,6 +52,7 @@ class Stats:
     kms_key_failures: int = 0  # ...that failed: refused, unreachable or in error
     data_keys_reused: int = 0  # encrypted-file opens served by a data key held in memory
     located_windows: int = 0  # located listing pages fetched to answer lookups and opens of their names
+    name_windows: int = 0  # plain listing pages fetched to renew expired names whose files' locations are kept
     cache_hits: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     cache_misses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
@@ -110,6 +111,7 @@ def snapshot(stats: Stats, rpc_calls: collections.Counter[str], namenode_failove
         "kms_key_failures": stats.kms_key_failures,
         "data_keys_reused": stats.data_keys_reused,
         "located_windows": stats.located_windows,
+        "name_windows": stats.name_windows,
         "namenode_failovers": namenode_failovers,
         "namenode_rpcs": dict(sorted(rpc_calls.items())),
         "namenode_rpcs_by_role": dict(sorted((rpcs_by_role or collections.Counter()).items())),
@@ -166,6 +168,7 @@ _HELP = {
     "kms_key_failures": "KMS key requests that failed: refused, unreachable or in error.",
     "data_keys_reused": "Opens of encrypted files whose data key was already held in memory.",
     "located_windows": "Located listing pages fetched to answer lookups and opens of the names in them.",
+    "name_windows": "Listing pages without locations fetched to renew expired names whose files' locations are kept.",
     "namenode_failovers": "Switches to another NameNode.",
     "namenode_rpcs": "NameNode RPCs by method.",
     "namenode_rpcs_by_role": "NameNode RPCs answered by the active NameNode and by observers.",

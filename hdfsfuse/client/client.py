@@ -58,10 +58,11 @@ class HdfsClient:
         self.context = parts.context
         self.stats = parts.context.stats
         self.short_circuit = parts.short_circuit
-        self.locator = Locator(user=parts.namenode.user, options=options, stats=self.stats, nursery=parts.nursery)
+        self.located = LocatedFiles(options.located_files)
+        self.locator = Locator(user=parts.namenode.user, options=options, located=self.located, stats=self.stats,
+                               nursery=parts.nursery)
         self.replicated = ReplicatedReader(parts.context, locator=self.locator, reports=parts.reports,
                                            short_circuit=parts.short_circuit, options=options, nursery=parts.nursery)
-        self.located = LocatedFiles(options.located_files)
         self.keys = FileKeys(parts.settings, options, self.stats,
                              parts.credentials.tokens if parts.credentials is not None else [])
         self.striped = StripedReader(parts.context, relocate=self.locator.locate,

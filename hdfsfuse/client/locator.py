@@ -14,6 +14,7 @@ import trio
 from google.protobuf.message import DecodeError
 
 from hdfsfuse.client.files import HdfsFile
+from hdfsfuse.client.located import LocatedFiles
 from hdfsfuse.client.options import ClientOptions
 from hdfsfuse.datanode.pieces import clamp
 from hdfsfuse.errors import BlockUnavailable, FileChanged, FileNotFound, HdfsError, NotSupported
@@ -28,9 +29,11 @@ log = logging.getLogger(__name__)
 
 
 class Locator:
-    def __init__(self, *, user: str, options: ClientOptions, stats: Stats, nursery: trio.Nursery) -> None:
+    def __init__(self, *, user: str, options: ClientOptions, located: LocatedFiles, stats: Stats,
+                 nursery: trio.Nursery) -> None:
         self.user = user  # asks DataNodes for the readable length of a block being written
         self.options = options
+        self.located = located  # locations kept across opens: an open file asking again outdates them
         self.stats = stats
         self._nursery = nursery  # owns the short-lived DataNode RPC connections
 
@@ -48,6 +51,8 @@ class Locator:
                 raise
             self.stats.files_changed += 1
             raise FileChanged(f"{file.path} was deleted or replaced since it was opened") from None
+        if file.opened:  # a refused replica or an expired token sent an open file here: what was kept is stale
+            self.located.forget(file.file_id)
         await self.apply(file, lbs)
         return lbs
 

@@ -3,9 +3,11 @@ attribute and negative-lookup caches (each entry lives `attr_timeout` / `negativ
 
 from __future__ import annotations
 
+import collections
 import os
 import stat
 import time
+from collections.abc import Callable
 
 import pyfuse3
 
@@ -18,18 +20,42 @@ IS_DIR = hdfs_pb2.HdfsFileStatusProto.IS_DIR
 IS_SYMLINK = hdfs_pb2.HdfsFileStatusProto.IS_SYMLINK
 NEGATIVE_CACHE_MAX = 10_000  # remembered missing names, at most
 
-Cached = tuple[float, pyfuse3.EntryAttributes, FileStatus]  # (expiry, attributes, the status they came from)
+
+
+class Cached:
+    """One inode's cached attributes and the status they came from, kept serialized (a parsed
+    status costs about ten times its bytes, and a loader's mount holds one per file)."""
+
+    __slots__ = ("_status", "attrs", "expiry")
+
+    def __init__(self, expiry: float, attrs: pyfuse3.EntryAttributes, status: bytes) -> None:
+        self.expiry = expiry
+        self.attrs = attrs
+        self._status = status
+
+    @property
+    def status(self) -> FileStatus:
+        return FileStatus.FromString(self._status)
 
 
 class Attributes:
-    """Kernel attributes of HDFS statuses, cached per inode for `attr_timeout`."""
+    """Kernel attributes of HDFS statuses, cached per inode for `attr_timeout`.
 
-    def __init__(self, options: MountOptions, owners: OwnerIds, root: str, mountpoint: str) -> None:
+    An entry is dropped once it expires, unless its inode is open (`is_open`): an open file keeps
+    its last attributes, which stat shows if the file is deleted under it. So the cache holds
+    about the inodes of the last `attr_timeout`, not every inode the kernel still knows."""
+
+    def __init__(self, options: MountOptions, owners: OwnerIds, root: str, mountpoint: str,
+                 is_open: Callable[[int], bool]) -> None:
         self.options = options
         self.owners = owners
         self.root = root
         self.mountpoint = mountpoint
-        self._cached: dict[int, Cached] = {}
+        self.is_open = is_open
+        self._cached: collections.OrderedDict[int, Cached] = collections.OrderedDict()  # oldest store first
+
+    def __len__(self) -> int:
+        return len(self._cached)
 
     def build(self, st: FileStatus, inode: int) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
@@ -80,17 +106,30 @@ class Attributes:
             fresh_until = expiry
             attrs.attr_timeout = max(0.0, expiry - now)
             attrs.entry_timeout = min(attrs.entry_timeout, attrs.attr_timeout)
-        self._cached[inode] = (fresh_until, attrs, st)
+        self._cached[inode] = Cached(fresh_until, attrs, st.SerializeToString())
+        self._cached.move_to_end(inode)
+        self._drop_expired(now)
         return attrs
 
+    def _drop_expired(self, now: float) -> None:
+        """Drop the oldest entries while they have expired (an open inode's goes to the back)."""
+        for _ in range(len(self._cached)):
+            inode, oldest = next(iter(self._cached.items()))
+            if oldest.expiry > now:
+                return
+            if self.is_open(inode):
+                self._cached.move_to_end(inode)
+            else:
+                del self._cached[inode]
+
     def get(self, inode: int) -> Cached | None:
-        """The cached entry of `inode`, fresh or not."""
+        """The cached entry of `inode`, fresh or not (kept while the inode is open)."""
         return self._cached.get(inode)
 
     def fresh(self, inode: int) -> Cached | None:
         """The cached entry of `inode` while it is within `attr_timeout`."""
         cached = self._cached.get(inode)
-        return cached if cached is not None and cached[0] > time.monotonic() else None
+        return cached if cached is not None and cached.expiry > time.monotonic() else None
 
     def forget(self, inode: int) -> None:
         self._cached.pop(inode, None)

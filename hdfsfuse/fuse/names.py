@@ -10,6 +10,9 @@ An entry answers lookups until its expiry: `ttl` after the NameNode gave it (ent
 with live invalidation, until the edit stream says the name changed (`until_changed`). At most
 `capacity` entries are kept, the oldest dropped first.
 
+An expired entry stays until it is replaced or dropped: a window fetched to renew it carries no
+locations when its file's locations are still kept (`expired`).
+
 **Located windows.** A listing that carries locations (getListing with needLocation) ends a
 page after about `dfs.ls.limit` block replicas. Over a directory's listed order the windows are
 planned the way the NameNode cuts such pages (`window_starts`), so that one located listing
@@ -151,12 +154,15 @@ class NameCache:
     def get(self, directory: int, name: bytes, now: float) -> tuple[float, FileStatus] | None:
         """(expiry, status) of `name` while the entry is fresh."""
         found = self._entries.get((directory, name))
-        if found is None:
-            return None
-        if found[0] <= now:
-            del self._entries[(directory, name)]
+        if found is None or found[0] <= now:
             return None
         return found[0], FileStatus.FromString(found[1])
+
+    def expired(self, directory: int, name: bytes) -> FileStatus | None:
+        """The status an entry of `name` held, fresh or not: a hint, never an answer (a window
+        renewing names whose files' locations are still kept need not carry locations)."""
+        found = self._entries.get((directory, name))
+        return FileStatus.FromString(found[1]) if found is not None else None
 
     def looked_up(self, directory: int, now: float, *, found: bool) -> None:
         """A lookup in `directory` was asked of the NameNode: it found a file, or nothing (a

@@ -68,13 +68,14 @@ class HdfsOperations(pyfuse3.Operations):
             options.gid if options.gid is not None else os.getgid(),
         )
         self.inodes = InodeTable(self.root, index_names=options.inotify)
-        self.attributes = Attributes(options, self.owners, self.root, os.path.abspath(mountpoint))
+        self.handles = OpenFiles()
+        self.attributes = Attributes(options, self.owners, self.root, os.path.abspath(mountpoint),
+                                     self.handles.is_open)
         self.negative = NegativeCache(options.negative_timeout)
         # Names and statuses from listings and lookups, for the mount's own identity only (a
         # caller's permissions are the NameNode's to check, per request).
         self.names = NameCache(options.entry_timeout, options.metadata_entries if options.identity == "mount" else 0)
         self.boundary = RequestBoundary(options.request_timeout)
-        self.handles = OpenFiles()
         self.readahead = Readahead(client.fetch_stored, ReadaheadBudget(options.readahead_total),
                                    options.request_timeout, self.stats, nursery)
         self.xattrs = ExtendedAttributes(self, client, self.stats_snapshot)
@@ -130,22 +131,28 @@ class HdfsOperations(pyfuse3.Operations):
         if entry.parent is not None:
             self.names.forget(entry.parent.inode, entry.name.encode("utf-8", "surrogateescape"))
 
-    async def _fetch_window(self, parent: Entry, name: bytes) -> tuple[float, FileStatus] | None:
-        """One located listing page of `parent` that holds `name` (`NameCache`): every status in
-        it is kept, with the locations of its finalized files. Returns `name`'s entry, if found."""
+    async def _fetch_window(self, parent: Entry, name: bytes, *, need_location: bool = True,
+                            ) -> tuple[float, FileStatus] | None:
+        """One listing page of `parent` that holds `name` (`NameCache`): every status in it is
+        kept, with (`need_location`) the locations of its finalized files. Returns `name`'s
+        entry, if found."""
         if self.inodes.by_path or parent.snapshot:
             return None
         now = time.monotonic()
         start_after = self.names.window_after(parent.inode, name, now)
         if start_after is None:
             return None
-        page = await self.nn.get_listing_page(parent.nn_path, start_after, need_location=True)
-        self.stats.located_windows += 1
+        page = await self.nn.get_listing_page(parent.nn_path, start_after, need_location=need_location)
+        if need_location:
+            self.stats.located_windows += 1
+        else:
+            self.stats.name_windows += 1
         named = []
         for status in page.partialListing:
             if status.HasField("locations"):
-                self.client.located.remember(status, status.locations)
-                status.ClearField("locations")  # kept once, serialized, in `located`
+                if not self.client.located.has(status):  # (kept ones stay until a read finds them stale)
+                    self.client.located.remember(status, status.locations)
+                status.ClearField("locations")  # kept once, packed, in `located`
             named.append((status.path, status))
         self.names.store(parent.inode, parent.shown, named, now)
         return self.names.get(parent.inode, name, now)
@@ -175,7 +182,11 @@ class HdfsOperations(pyfuse3.Operations):
                 raise pyfuse3.FUSEError(errno.ENOENT)
             known = self.names.get(parent_inode, name, time.monotonic()) if self.names.enabled else None
             if known is None and self.names.enabled:
-                known = await self._fetch_window(parent, name)
+                # An expired name whose file's locations are still kept is renewed by a plain
+                # listing page: a third of the calls of located windows, and lighter ones.
+                before = self.names.expired(parent_inode, name)
+                kept = before is not None and self.client.located.has(before)
+                known = await self._fetch_window(parent, name, need_location=not kept)
             if known is not None:
                 self.stats.cache_hits["entry"] += 1
                 expiry, st = known
@@ -205,7 +216,7 @@ class HdfsOperations(pyfuse3.Operations):
         fresh = self.attributes.fresh(inode)
         if fresh is not None and growing is None:
             self.stats.cache_hits["attr"] += 1
-            return fresh[1]
+            return fresh.attrs
         cached = self.attributes.get(inode)
         entry = self.entry(inode)
         with self.boundary.request("getattr", entry):
@@ -215,7 +226,7 @@ class HdfsOperations(pyfuse3.Operations):
                               and st.fileId != entry.file_id):  # federated: another file has its path now
                 self._forget_entry(entry)
                 if cached is not None and self.handles.is_open(inode):
-                    return cached[1]  # still open: it keeps its last attributes, as a deleted local file does
+                    return cached.attrs  # still open: it keeps its last attributes, as a deleted local file does
                 # ESTALE makes stat() look the name up again; a plain path lookup then finds what is there now.
                 raise pyfuse3.FUSEError(errno.ENOENT if entry.snapshot else errno.ESTALE)
             attrs = self.attributes.store(inode, st)
@@ -234,7 +245,10 @@ class HdfsOperations(pyfuse3.Operations):
         entry = self.entry(inode)
         with self.boundary.request("readlink", entry):
             cached = self.attributes.get(inode)
-            st = cached[2] if cached is not None else await self.caller_namenode(ctx).get_file_link_info(entry.nn_path)
+            if cached is not None:
+                st = cached.status
+            else:
+                st = await self.caller_namenode(ctx).get_file_link_info(entry.nn_path)
             if st is None or st.fileType != IS_SYMLINK:
                 raise pyfuse3.FUSEError(errno.EINVAL)
             return self.attributes.link_target(st.symlink)
@@ -347,7 +361,7 @@ class HdfsOperations(pyfuse3.Operations):
         keep = self._cache_keys.get(inode) == key
         self._cache_keys[inode] = key
         cached = self.attributes.get(inode)
-        if cached is None or cached[1].st_size != file.length:
+        if cached is None or cached.attrs.st_size != file.length:
             # The size the kernel knows may be stale (a file being written, or one that changed
             # since a listing showed it). Update our attributes and make the kernel ask again
             # before this open returns, so the caller's next fstat (tail does one) sees the
@@ -367,9 +381,11 @@ class HdfsOperations(pyfuse3.Operations):
         """The status of the file `entry` names, if still trusted (`Attributes.fresh`); the
         locations of its window are fetched with one located listing when none are kept."""
         cached = self.attributes.fresh(entry.inode)
-        if cached is None or cached[2].fileType != IS_FILE or cached[2].fileId != file_id:
+        if cached is None:
             return None
-        status = cached[2]
+        status = cached.status
+        if status.fileType != IS_FILE or status.fileId != file_id:
+            return None
         if not settled(status, time.time_ns() // 1_000_000):
             return None  # changed in the last minute: likely to change again, so the open asks
         if not self.client.located.has(status) and entry.parent is not None:

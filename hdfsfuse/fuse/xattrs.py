@@ -170,7 +170,7 @@ class ExtendedAttributes:
     async def _status(self, inode: int, ctx: pyfuse3.RequestContext) -> FileStatus:
         fresh = self.ops.attributes.fresh(inode)
         if fresh is not None:
-            return fresh[2]
+            return fresh.status
         st = await self.ops.caller_namenode(ctx).get_file_link_info(self.ops.entry(inode).nn_path)
         if st is None:
             raise pyfuse3.FUSEError(errno.ENOENT)

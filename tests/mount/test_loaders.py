@@ -157,6 +157,19 @@ def _others_intact(m: Mount, contents: dict[str, bytes], changed: str) -> None:
             assert Path(m.path(f"/{name}")).read_bytes() == data, name
 
 
+def test_expired_names_of_kept_files_are_renewed_without_locations(cluster: MiniDfs, kept) -> None:  # type: ignore[no-untyped-def]
+    m, contents = kept
+    time.sleep(2.5)  # the names expire (entry_timeout=2); the files' locations stay kept
+    _forget_kernel_caches()
+    stats0, before = _stats(m), cluster.rpc_counts()
+    for name, data in contents.items():
+        assert Path(m.path(f"/{name}")).read_bytes() == data, name
+    stats, calls = _stats(m), _calls(cluster, before)
+    assert calls == {"GetListing": 1}, calls  # one plain page renews every name; opens use the kept locations
+    assert stats["name_windows"] == stats0["name_windows"] + 1  # type: ignore[operator]
+    assert stats["located_windows"] == stats0["located_windows"]
+
+
 def test_a_replaced_file_is_never_read_as_another(cluster: MiniDfs, kept, data_dir: str) -> None:  # type: ignore[no-untyped-def]
     m, contents = kept
     new = random_bytes(55_555, seed=4900)
@@ -220,6 +233,11 @@ def test_a_moved_replica_is_fetched_again(fresh_cluster, mount) -> None:  # type
     assert Path(m.path("/f")).read_bytes() == data
     assert _calls(cluster, before).get("GetBlockLocations", 0) >= 1  # refused, then located again
     assert _stats(m)["cache_hits"]["locations"] >= 1  # type: ignore[index]
+    _forget_kernel_caches()
+    before = cluster.rpc_counts()
+    assert Path(m.path("/f")).read_bytes() == data
+    # The refused locations were dropped, not kept to be refused again: no DataNode refusal now.
+    assert not _calls(cluster, before).get("GetBlockLocations"), _calls(cluster, before)
 
 
 def test_with_inotify_kept_names_outlive_the_timeouts_until_a_change(cluster: MiniDfs, mount, data_dir: str) -> None:  # type: ignore[no-untyped-def]

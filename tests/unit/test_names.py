@@ -7,7 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hdfsfuse.client.located import SETTLED_MS, LocatedFiles, complete, settled
+from hdfsfuse.client.located import SETTLED_MS, Interned, LocatedFiles, complete, pack, settled, unpack
 from hdfsfuse.fuse.names import (
     NameCache,
     Order,
@@ -120,7 +120,8 @@ def test_entries_answer_until_their_ttl() -> None:
     assert names.get(7, b"a", 104.9)[0] == 105.0  # type: ignore[index]
     assert names.get(7, b"b", 101.0) is None
     assert names.get(7, b"a", 105.0) is None
-    assert len(names) == 0  # an expired entry is dropped
+    # Expired, it answers nothing, but still hints what the file was (until replaced or dropped).
+    assert names.expired(7, b"a").fileId == 11 and names.expired(7, b"b") is None  # type: ignore[union-attr]
 
 
 def test_until_changed_entries_never_expire() -> None:
@@ -228,3 +229,72 @@ def test_only_a_file_unchanged_for_a_minute_is_opened_on_trust() -> None:
     assert not settled(st_, 1_000_000 + SETTLED_MS - 1)
     assert settled(st_, 1_000_000 + SETTLED_MS)
     assert not settled(st_, 999_000)  # a NameNode clock ahead of ours: not settled either
+
+
+# ----- packed locations ------------------------------------------------------------------------------
+
+def _datanode(k: int, *, usage: int | None = None) -> hdfs_pb2.DatanodeInfoProto:
+    node = hdfs_pb2.DatanodeInfoProto(
+        id=hdfs_pb2.DatanodeIDProto(ipAddr="127.0.0.1", hostName=f"dn{k}", datanodeUuid=f"uuid-{k}",
+                                    xferPort=9000 + k, infoPort=9100 + k, ipcPort=9200 + k),
+        location="/rack")
+    if usage is not None:  # a field this client does not know (DatanodeInfoProto.remaining = 4)
+        node.MergeFromString(bytes([4 << 3]) + _varint(usage))
+    return node
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+@st.composite
+def located_files(draw: st.DrawFn) -> hdfs_pb2.LocatedBlocksProto:
+    sizes = draw(st.lists(st.integers(1, 1000), max_size=4))
+    out = located(sum(sizes), sizes)
+    for block in out.blocks:
+        nodes = draw(st.lists(st.integers(0, 5), min_size=0, max_size=3, unique=True))
+        for k in nodes:
+            block.locs.append(_datanode(k, usage=draw(st.integers(0, 2**40))))
+            block.storageIDs.append(f"DS-{k}")
+            block.isCached.append(False)
+        if draw(st.booleans()):
+            block.blockIndices = bytes(range(len(nodes)))
+        if draw(st.booleans()):
+            block.b.ClearField("poolId")
+    if out.blocks and draw(st.booleans()):
+        out.lastBlock.CopyFrom(out.blocks[-1])
+    return out
+
+
+@given(st.lists(located_files(), min_size=1, max_size=3))
+def test_packed_locations_unpack_to_what_the_namenode_said(files: list[hdfs_pb2.LocatedBlocksProto]) -> None:
+    interned = Interned()
+    for original in files:
+        sent = original.SerializeToString()
+        rest, refs = pack(original, interned)
+        assert original.SerializeToString() == sent  # the caller's message is left alone
+        known = hdfs_pb2.LocatedBlocksProto.FromString(sent)
+        known.DiscardUnknownFields()  # a DataNode's usage figures are not kept
+        assert unpack(rest, refs) == known
+
+
+def test_packed_locations_share_what_files_repeat() -> None:
+    interned = Interned()
+    packed = []
+    for i in range(3):
+        lbs = located(10, [10])
+        lbs.blocks[0].b.blockId = 5000 + i
+        for k in (0, 1, 2):
+            lbs.blocks[0].locs.append(_datanode(k, usage=1000 * i + k))  # usage differs at every answer
+            lbs.blocks[0].storageIDs.append(f"DS-{k}")
+        packed.append(pack(lbs, interned))
+    assert packed[0][1] is packed[1][1] is packed[2][1]  # one replica set, one shared tuple
+    assert len({rest for rest, _ in packed}) == 3  # each file's own block id
+    small = Interned(capacity=2)
+    values = [small(b"a"), small(b"b"), small(b"c")]  # full: starts over, keeps handing values out
+    assert values == [b"a", b"b", b"c"] and small(b"c") is values[2]
