@@ -34,6 +34,7 @@ INTERNED_MAX = 100_000  # distinct DataNode descriptions, storage and pool IDs k
 
 # Per block: (its pool ID or None, its DataNodes' serialized descriptions, its storage IDs).
 BlockRefs = tuple[str | None, tuple[bytes, ...], tuple[str, ...]]
+Internable = bytes | str | tuple  # (tuples of these)
 
 SETTLED_MS = 60_000  # a file unchanged this long (by its mtime) may be opened on a kept status
 
@@ -58,8 +59,6 @@ def _blocks(locations: LocatedBlocks) -> Iterator[LocatedBlock]:
     if locations.HasField("lastBlock"):
         yield locations.lastBlock
 
-
-Internable = bytes | str | tuple
 
 class Interned:
     """One shared copy of each value (DataNode descriptions, storage and pool IDs, and the sets of

@@ -21,7 +21,6 @@ IS_SYMLINK = hdfs_pb2.HdfsFileStatusProto.IS_SYMLINK
 NEGATIVE_CACHE_MAX = 10_000  # remembered missing names, at most
 
 
-
 class Cached:
     """One inode's cached attributes and the status they came from, kept serialized (a parsed
     status costs about ten times its bytes, and a loader's mount holds one per file)."""
