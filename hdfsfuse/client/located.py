@@ -32,9 +32,7 @@ LocatedBlocks = hdfs_pb2.LocatedBlocksProto
 LocatedBlock = hdfs_pb2.LocatedBlockProto
 INTERNED_MAX = 100_000  # distinct DataNode descriptions, storage and pool IDs kept once, at most
 
-# Per block: (its pool ID or None, its DataNodes' serialized descriptions, its storage IDs).
-BlockRefs = tuple[str | None, tuple[bytes, ...], tuple[str, ...]]
-Internable = bytes | str | tuple  # (tuples of these)
+Internable = bytes | tuple[bytes, ...]
 
 SETTLED_MS = 60_000  # a file unchanged this long (by its mtime) may be opened on a kept status
 
@@ -61,9 +59,9 @@ def _blocks(locations: LocatedBlocks) -> Iterator[LocatedBlock]:
 
 
 class Interned:
-    """One shared copy of each value (DataNode descriptions, storage and pool IDs, and the sets of
-    them, repeat in file after file). Bounded: when full it starts over; values already handed
-    out stay valid."""
+    """One shared copy of each value (a block's DataNodes, storage and pool IDs, and the blocks'
+    sets of them, repeat in file after file). Bounded: when full it starts over; values already
+    handed out stay valid."""
 
     def __init__(self, capacity: int = INTERNED_MAX) -> None:
         self.capacity = capacity
@@ -75,39 +73,39 @@ class Interned:
         return self._values.setdefault(value, value)
 
 
-def pack(locations: LocatedBlocks, interned: Interned) -> tuple[bytes, tuple[BlockRefs, ...]]:
-    """`locations` without unknown fields, as (the rest serialized, each block's shared parts)."""
+def pack(locations: LocatedBlocks, interned: Interned) -> tuple[bytes, tuple[bytes, ...]]:
+    """`locations` without unknown fields, as (the rest serialized, each block's shared part).
+
+    A block's shared part is a serialized `LocatedBlockProto` of only its pool ID, DataNodes and
+    storage IDs: parsed into the rest of the block, it puts them back (a message merged into
+    another sets its fields and appends to its repeated ones)."""
     rest = LocatedBlocks.FromString(locations.SerializeToString())
     rest.DiscardUnknownFields()
-    refs = []
+    shared = []
     for block in _blocks(rest):
-        pool = interned(block.b.poolId) if block.b.HasField("poolId") else None
-        datanodes = tuple(interned(d.SerializeToString()) for d in block.locs)
-        storages = tuple(interned(s) for s in block.storageIDs)
+        part = LocatedBlock(locs=block.locs, storageIDs=block.storageIDs)
+        if block.b.HasField("poolId"):
+            part.b.poolId = block.b.poolId
+        shared.append(interned(part.SerializeToString()))
         block.b.ClearField("poolId")
         del block.locs[:]
         del block.storageIDs[:]
-        refs.append(interned((pool, datanodes, storages)))
-    # A replica set recurs across files: the refs of most files are one shared tuple.
-    return rest.SerializeToString(), interned(tuple(refs))  # type: ignore[return-value]  # interned keeps each type
+    # A replica set recurs across files: the shared parts of most files are one tuple.
+    return rest.SerializeToString(), interned(tuple(shared))  # type: ignore[return-value]  # interned keeps each type
 
 
-def unpack(rest: bytes, refs: tuple[BlockRefs, ...]) -> LocatedBlocks:
+def unpack(rest: bytes, shared: tuple[bytes, ...]) -> LocatedBlocks:
     """The locations `pack` took apart."""
     locations = LocatedBlocks.FromString(rest)
-    for block, (pool, datanodes, storages) in zip(_blocks(locations), refs, strict=True):
-        if pool is not None:
-            block.b.poolId = pool
-        for datanode in datanodes:
-            block.locs.add().MergeFromString(datanode)
-        block.storageIDs.extend(storages)
+    for block, part in zip(_blocks(locations), shared, strict=True):
+        block.MergeFromString(part)
     return locations
 
 
 class LocatedFiles:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._files: collections.OrderedDict[int, tuple[int, int, bytes, tuple[BlockRefs, ...]]] = \
+        self._files: collections.OrderedDict[int, tuple[int, int, bytes, tuple[bytes, ...]]] = \
             collections.OrderedDict()
         self._interned = Interned()
 
