@@ -8,8 +8,9 @@ connection closed (never pooled half-read).
     caller:  arm(race) ── read replica A inline ───────────────X (cancelled: B won) ── return B's bytes
     timer:         ... threshold ... start hedge ── read replica B ── done: cancel A's scope
 
-Arming is a heap push, so a read that answers within the threshold (nearly every read) costs
-no task, nursery or channel. `hdfsfuse.client.replicated` drives a `Race`.
+Arming is a heap push (and, when it is the earliest, a move of the timer's sleep deadline), so a
+read that answers within the threshold (nearly every read) costs no task, nursery, channel or
+wake-up. `hdfsfuse.client.replicated` drives a `Race`.
 """
 
 from __future__ import annotations
@@ -58,14 +59,14 @@ class HedgeTimer:
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, Race]] = []
         self._order = itertools.count()
-        self._wakeup = trio.Event()
+        self._sleep = trio.CancelScope()  # the timer's sleep: it wakes at this scope's deadline
         self._next = math.inf
         self.wakeups = 0  # how often the timer task ran: about once per threshold, not once per read
 
     def arm(self, deadline: float, race: Race) -> None:
         heapq.heappush(self._heap, (deadline, next(self._order), race))
-        if deadline < self._next:
-            self._wakeup.set()
+        if deadline < self._next:  # an earlier wake-up: moved, without running the timer now
+            self._next = self._sleep.deadline = deadline
 
     async def run(self, nursery: trio.Nursery) -> None:
         heap = self._heap
@@ -81,9 +82,8 @@ class HedgeTimer:
                     race.hedged = True
                     nursery.start_soon(self._hedge, race)
             self._next = heap[0][0] if heap else math.inf
-            self._wakeup = trio.Event()
-            with trio.move_on_at(self._next):
-                await self._wakeup.wait()
+            with trio.CancelScope(deadline=self._next) as self._sleep:
+                await trio.sleep_forever()
 
     @staticmethod
     async def _hedge(race: Race) -> None:

@@ -85,3 +85,22 @@ def test_an_earlier_deadline_wakes_the_timer_and_a_failing_hedge_is_contained() 
         assert fired == [t0 + 0.05]  # the finished race never hedged; the timer still runs
 
     with_timer(body)
+
+
+def test_arming_an_idle_timer_does_not_wake_it() -> None:
+    async def hedge(race: Race) -> None:
+        raise AssertionError("no read here is slow")
+
+    async def body(timer: HedgeTimer, nursery: trio.Nursery) -> None:
+        await trio.sleep(1)
+        before = timer.wakeups
+        for _ in range(10):  # a read now and then, each answered in time, the timer idle between
+            race = Race(hedge)
+            timer.arm(trio.current_time() + 0.05, race)
+            await trio.sleep(0.001)
+            race.finish()
+            await trio.sleep(1)
+        # One wake-up per read, at its threshold (to drop it): arming moved the sleep's deadline.
+        assert timer.wakeups - before == 10
+
+    with_timer(body)
