@@ -30,7 +30,7 @@ from hdfsfuse.proto import hdfs_pb2
 FileStatus = hdfs_pb2.HdfsFileStatusProto
 LocatedBlocks = hdfs_pb2.LocatedBlocksProto
 LocatedBlock = hdfs_pb2.LocatedBlockProto
-INTERNED_MAX = 100_000  # distinct DataNode descriptions, storage and pool IDs kept once, at most
+INTERNED_MAX = 10_000  # shared parts kept once, at most (each holds its parts alive while kept here)
 
 Internable = bytes | tuple[bytes, ...]
 

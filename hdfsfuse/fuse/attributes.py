@@ -19,6 +19,7 @@ from hdfsfuse.proto import hdfs_pb2
 IS_DIR = hdfs_pb2.HdfsFileStatusProto.IS_DIR
 IS_SYMLINK = hdfs_pb2.HdfsFileStatusProto.IS_SYMLINK
 NEGATIVE_CACHE_MAX = 10_000  # remembered missing names, at most
+DROPS_PER_STORE = 8  # expired attribute entries looked at per store (each store adds one)
 
 
 class Cached:
@@ -111,8 +112,9 @@ class Attributes:
         return attrs
 
     def _drop_expired(self, now: float) -> None:
-        """Drop the oldest entries while they have expired (an open inode's goes to the back)."""
-        for _ in range(len(self._cached)):
+        """Drop the oldest entries while they have expired (an open inode's goes to the back), a
+        few per store: as many files held open as you like cost a store no more."""
+        for _ in range(min(len(self._cached), DROPS_PER_STORE)):
             inode, oldest = next(iter(self._cached.items()))
             if oldest.expiry > now:
                 return

@@ -36,3 +36,16 @@ def test_fresh_entries_stay_and_give_their_status() -> None:
     assert len(cache) == 100
     fresh = cache.fresh(7)
     assert fresh is not None and fresh.status == status(7, length=7) and fresh.attrs.st_size == 7
+
+
+def test_many_open_files_cost_a_store_a_few_steps() -> None:
+    open_inodes = set(range(1, 1001))
+    cache = Attributes(MountOptions(attr_timeout=0.0), OwnerIds(0, 0), "/", "/mnt", open_inodes.__contains__)
+    for inode in range(1, 1001):
+        cache.store(inode, status(inode))
+    open_inodes.clear()  # all closed: each store drops a few more of the expired ones
+    stores = 0
+    while len(cache) > 1:
+        stores += 1
+        cache.store(2000 + stores, status(2000 + stores))
+    assert 1000 // 8 <= stores <= 1000 // 7 + 1
