@@ -11,7 +11,8 @@ with live invalidation, until the edit stream says the name changed (`until_chan
 `capacity` entries are kept, the oldest dropped first.
 
 An expired entry stays until it is replaced or dropped: a window fetched to renew it carries no
-locations when its file's locations are still kept (`expired`).
+locations when its file's locations are still kept (`expired`), and is then the listing's page
+of `LS_LIMIT` names that holds it.
 
 **Located windows.** A listing that carries locations (getListing with needLocation) ends a
 page after about `dfs.ls.limit` block replicas. Over a directory's listed order the windows are
@@ -88,15 +89,21 @@ class Order:
         self.costs.extend(replicas(s) for s in statuses)
         self._starts = None
 
-    def window_after(self, name: bytes) -> bytes | None:
+    def window_after(self, name: bytes, *, located: bool = True) -> bytes | None:
         """The `startAfter` of the planned window that holds `name`; None when the listing did
-        not have it (a name created since, or one that does not exist: one cheap lookup)."""
+        not have it (a name created since, or one that does not exist: one cheap lookup).
+
+        A located window ends where the NameNode ends a located page; a plain one (`located`
+        False: names only) is a page of `LS_LIMIT` names from the start of the listing."""
         at = bisect.bisect_left(self.names, signed_key(name), key=signed_key)
         if at == len(self.names) or self.names[at] != name:
             return None
-        if self._starts is None:
-            self._starts = window_starts(self.costs)
-        start = self._starts[bisect.bisect_right(self._starts, at) - 1]
+        if not located:
+            start = at - at % LS_LIMIT
+        else:
+            if self._starts is None:
+                self._starts = window_starts(self.costs)
+            start = self._starts[bisect.bisect_right(self._starts, at) - 1]
         return self.names[start - 1] if start > 0 else b""
 
 
@@ -176,8 +183,8 @@ class NameCache:
         if len(self._walks) > self.capacity:
             self._walks = {d: w for d, w in self._walks.items() if now - w[0] < horizon}
 
-    def window_after(self, directory: int, name: bytes, now: float) -> bytes | None:
-        """The `startAfter` of a located window worth fetching for `name`, or None.
+    def window_after(self, directory: int, name: bytes, now: float, *, located: bool = True) -> bytes | None:
+        """The `startAfter` of a window (`located`, or of names only) worth fetching for `name`, or None.
 
         Planned over the directory's listed order when the name is in it; else, from the name
         on, once two lookups in a row in this directory found files (a loader walking a
@@ -186,7 +193,7 @@ class NameCache:
             return None
         order = self._orders.get(directory)
         if order is not None and order.names:
-            return order.window_after(name)
+            return order.window_after(name, located=located)
         last, count = self._walks.get(directory, (-math.inf, 0))
         if count >= 2 and now - last < min(self.ttl, WALK_HORIZON):
             return start_before(name)

@@ -139,7 +139,7 @@ class HdfsOperations(pyfuse3.Operations):
         if self.inodes.by_path or parent.snapshot:
             return None
         now = time.monotonic()
-        start_after = self.names.window_after(parent.inode, name, now)
+        start_after = self.names.window_after(parent.inode, name, now, located=need_location)
         if start_after is None:
             return None
         page = await self.nn.get_listing_page(parent.nn_path, start_after, need_location=need_location)

@@ -106,6 +106,12 @@ def test_an_order_finds_the_window_of_a_name() -> None:
     assert order.window_after(b"f0333") == b""
     assert order.window_after(b"f0334") == b"f0333"
     assert order.window_after(b"f0999") == b"f0667"
+    # Names only: pages of 1000 names from the listing's start, whatever the replicas.
+    order.extend([status(b"f%04d" % i, 100 + i, length=10) for i in range(1000, 2500)])
+    assert order.window_after(b"f0999", located=False) == b""
+    assert order.window_after(b"f1000", located=False) == b"f0999"
+    assert order.window_after(b"f2499", located=False) == b"f1999"
+    assert order.window_after(b"f1500", located=True) != b"f0999"
     assert order.window_after(b"f0334x") is None  # not listed
     assert order.window_after(b"zzz") is None
 
