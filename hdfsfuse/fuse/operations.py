@@ -23,7 +23,6 @@ import pyfuse3
 import trio
 
 from hdfsfuse.client import HdfsClient
-from hdfsfuse.client.located import settled
 from hdfsfuse.conf.mount_options import MountOptions
 from hdfsfuse.errors import FileNotFound, HdfsError
 from hdfsfuse.fuse.attributes import IS_DIR, IS_SYMLINK, Attributes, NegativeCache
@@ -31,6 +30,7 @@ from hdfsfuse.fuse.boundary import RequestBoundary
 from hdfsfuse.fuse.callers import Identities
 from hdfsfuse.fuse.handles import OpenFile, OpenFiles, Readahead
 from hdfsfuse.fuse.inodes import ROOT_INODE, Entry, InodeTable
+from hdfsfuse.fuse.kept import KeptMetadata
 from hdfsfuse.fuse.listings import Listing
 from hdfsfuse.fuse.names import NameCache
 from hdfsfuse.fuse.owners import OwnerIds
@@ -75,6 +75,7 @@ class HdfsOperations(pyfuse3.Operations):
         # Names and statuses from listings and lookups, for the mount's own identity only (a
         # caller's permissions are the NameNode's to check, per request).
         self.names = NameCache(options.entry_timeout, options.metadata_entries if options.identity == "mount" else 0)
+        self.kept = KeptMetadata(self.names, client.located, self.nn, self.inodes, self.stats)
         self.boundary = RequestBoundary(options.request_timeout)
         self.readahead = Readahead(client.fetch_stored, ReadaheadBudget(options.readahead_total),
                                    options.request_timeout, self.stats, nursery)
@@ -131,32 +132,6 @@ class HdfsOperations(pyfuse3.Operations):
         if entry.parent is not None:
             self.names.forget(entry.parent.inode, entry.name.encode("utf-8", "surrogateescape"))
 
-    async def _fetch_window(self, parent: Entry, name: bytes, *, need_location: bool = True,
-                            ) -> tuple[float, FileStatus] | None:
-        """One listing page of `parent` that holds `name` (`NameCache`): every status in it is
-        kept, with (`need_location`) the locations of its finalized files. Returns `name`'s
-        entry, if found."""
-        if self.inodes.by_path or parent.snapshot:
-            return None
-        now = time.monotonic()
-        start_after = self.names.window_after(parent.inode, name, now, located=need_location)
-        if start_after is None:
-            return None
-        page = await self.nn.get_listing_page(parent.nn_path, start_after, need_location=need_location)
-        if need_location:
-            self.stats.located_windows += 1
-        else:
-            self.stats.name_windows += 1
-        named = []
-        for status in page.partialListing:
-            if status.HasField("locations"):
-                if not self.client.located.has(status):  # (kept ones stay until a read finds them stale)
-                    self.client.located.remember(status, status.locations)
-                status.ClearField("locations")  # kept once, packed, in `located`
-            named.append((status.path, status))
-        self.names.store(parent.inode, parent.shown, named, now)
-        return self.names.get(parent.inode, name, now)
-
     # ----- metadata -------------------------------------------------------------------------------
 
     async def init_root(self) -> None:
@@ -180,13 +155,7 @@ class HdfsOperations(pyfuse3.Operations):
             if self.negative.missing(key):
                 self.stats.cache_hits["negative"] += 1
                 raise pyfuse3.FUSEError(errno.ENOENT)
-            known = self.names.get(parent_inode, name, time.monotonic()) if self.names.enabled else None
-            if known is None and self.names.enabled:
-                # An expired name whose file's locations are still kept is renewed by a plain
-                # listing page: a third of the calls of located windows, and lighter ones.
-                before = self.names.expired(parent_inode, name)
-                kept = before is not None and self.client.located.has(before)
-                known = await self._fetch_window(parent, name, need_location=not kept)
+            known = await self.kept.lookup(parent, name)
             if known is not None:
                 self.stats.cache_hits["entry"] += 1
                 expiry, st = known
@@ -378,21 +347,9 @@ class HdfsOperations(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=fh, direct_io=self.options.direct_io, keep_cache=keep and not self.options.direct_io)
 
     async def _known_status(self, entry: Entry, file_id: int) -> FileStatus | None:
-        """The status of the file `entry` names, if still trusted (`Attributes.fresh`); the
-        locations of its window are fetched with one located listing when none are kept."""
+        """The status of the file `entry` names, if still trusted (`Attributes.fresh`)."""
         cached = self.attributes.fresh(entry.inode)
-        if cached is None:
-            return None
-        status = cached.status
-        if status.fileType != IS_FILE or status.fileId != file_id:
-            return None
-        if not settled(status, time.time_ns() // 1_000_000):
-            return None  # changed in the last minute: likely to change again, so the open asks
-        if not self.client.located.has(status) and entry.parent is not None:
-            fetched = await self._fetch_window(entry.parent, entry.name.encode("utf-8", "surrogateescape"))
-            if fetched is not None and fetched[1].fileId == file_id:
-                status = fetched[1]
-        return status
+        return await self.kept.for_open(entry, file_id, cached.status) if cached is not None else None
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
         handle = self.handles.files.get(fh)

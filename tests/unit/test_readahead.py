@@ -115,12 +115,14 @@ def _operations(fetch_range: object, nursery: object) -> object:
     """The mount's HdfsOperations over a fake client whose reads (direct and readahead) are `fetch_range`."""
     from types import SimpleNamespace
 
+    from hdfsfuse.client.located import LocatedFiles
     from hdfsfuse.conf.mount_options import MountOptions
     from hdfsfuse.fuse.operations import HdfsOperations
     from hdfsfuse.stats import Stats
 
     client = SimpleNamespace(namenode=None, stats=Stats(), credentials=None, fetch_range=fetch_range,
-                             fetch_stored=fetch_range, read_now=lambda file, offset, length: None)
+                             fetch_stored=fetch_range, read_now=lambda file, offset, length: None,
+                             located=LocatedFiles(0))
     return HdfsOperations(client, "/", MountOptions(), "/mnt", nursery)  # type: ignore[arg-type]
 
 
