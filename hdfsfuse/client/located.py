@@ -15,7 +15,7 @@ sooner.
 Each entry holds the file's `LocatedBlocksProto` serialized without what it repeats from other
 files: the DataNode descriptions, storage IDs and block pool ID of its blocks are kept once for
 all files (interned) and put back when an open takes the entry; fields this client does not know
-(a DataNode's usage figures) are dropped. A one-block file with three replicas costs about 0.3
+(a DataNode's usage figures) are dropped. A one-block file with three replicas costs about 0.4
 KiB this way, against 1.4 KiB as the NameNode sends it. At most `capacity` entries are kept, the
 least recently used dropped first.
 """
