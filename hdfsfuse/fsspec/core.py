@@ -17,6 +17,7 @@ from hdfsfuse.errors import FileNotFound, HdfsError, NotADirectory, to_errno
 from hdfsfuse.fsspec import info as infos
 from hdfsfuse.fsspec import ranges
 from hdfsfuse.fsspec.ranges import Span
+from hdfsfuse.fsspec.recent import RecentStatuses
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class Core:
         self.client = client
         self.namenode = client.namenode
         self.request_timeout = request_timeout
+        self.recent = RecentStatuses()  # what `info` and `ls` just described, for `open`
 
     async def bounded(self, op: str, what: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run one request within `request_timeout`; what escapes becomes a Python OSError."""
@@ -71,6 +73,7 @@ class Core:
         status = await self.namenode.get_file_link_info(path)
         if status is None:
             raise FileNotFound(f"{path}: no such file or directory")
+        self.recent.note(path, status, trio.current_time())
         return infos.info(path, status)
 
     async def ls(self, path: str) -> list[dict[str, Any]]:
@@ -80,8 +83,15 @@ class Core:
             status = await self.namenode.get_file_info(path)
             if status is None:
                 raise FileNotFound(f"{path}: no such file or directory") from None
+            self.recent.note(path, status, trio.current_time())
             return [infos.info(path, status)]
-        return [infos.info(infos.join(path, e.path.decode("utf-8", "surrogateescape")), e) for e in entries]
+        now = trio.current_time()
+        described = []
+        for entry in entries:
+            child = infos.join(path, entry.path.decode("utf-8", "surrogateescape"))
+            self.recent.note(child, entry, now)
+            described.append(infos.info(child, entry))
+        return described
 
     async def content_length(self, path: str) -> int:
         return (await self.namenode.get_content_summary(path)).length
@@ -92,7 +102,18 @@ class Core:
     # ----- reading --------------------------------------------------------------------------------
 
     async def open(self, path: str) -> HdfsFile:
-        """The file at `path`, pinned to its fileId and block ids (`HdfsClient.open`)."""
+        """The file at `path`, pinned to its fileId and block ids (`HdfsClient.open`).
+
+        A file `info` or `ls` described within the last second (`RecentStatuses`) is opened as
+        that file: its locations are asked by inode path, which also proves it still exists
+        (one call, not getFileInfo and then the locations). Gone since (deleted, or replaced
+        by a new file): the path is opened afresh."""
+        described = self.recent.get(path, trio.current_time())
+        if described is not None:
+            try:
+                return await self.client.open(path, file_id=described.fileId, known=described, use_kept=False)
+            except FileNotFound:
+                self.recent.forget(path)
         return await self.client.open(path)
 
     async def read(self, file: HdfsFile, offset: int, length: int) -> bytes | bytearray:

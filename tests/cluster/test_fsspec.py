@@ -145,6 +145,29 @@ def test_random_reads_are_exact_on_the_wire(cluster: MiniDfs) -> None:
         assert b"".join(iter(lambda: f.read(10_000), b"")) == data
 
 
+def test_an_open_right_after_info_asks_once_and_a_file_replaced_meanwhile_is_opened_afresh(cluster: MiniDfs) -> None:
+    path = f"{ROOT}/described"
+    first = cluster.put_bytes(random_bytes(70_000, seed=81), path)
+    fs = _fs(cluster)
+    assert fs.cat_file(path, 0, 10) == first[:10]  # connected, server defaults known
+    fs.info(path)
+    before = cluster.rpc_counts()
+    with fs.open(path) as f:  # pyarrow's pattern: info, then open
+        assert f.read() == first
+    asked = cluster.rpc_counts() - before
+    assert asked == {"GetBlockLocations": 1}, asked  # by inode path: no getFileInfo
+
+    fs.info(path)
+    cluster.delete(path)
+    second = cluster.put_bytes(random_bytes(50_000, seed=82), path)  # a new file (fileId) at the path
+    with fs.open(path) as f:
+        assert f.read() == second
+    fs.info(path)
+    cluster.delete(path)
+    with pytest.raises(FileNotFoundError):
+        fs.open(path)
+
+
 def test_metadata(cluster: MiniDfs, tables) -> None:  # type: ignore[no-untyped-def]
     fs = _fs(cluster)
     local = tables["local"]

@@ -17,6 +17,7 @@ from hdfsfuse.fsspec.files import FIRST_WINDOW, AdaptiveReadahead
 from hdfsfuse.fsspec.info import hdfs_path, info, split_url
 from hdfsfuse.fsspec.options import MOUNT_ONLY, parse_storage_options
 from hdfsfuse.fsspec.ranges import plan
+from hdfsfuse.fsspec.recent import RecentStatuses
 from hdfsfuse.proto import hdfs_pb2
 
 requests = st.lists(st.tuples(st.sampled_from(["/a", "/b"]), st.integers(0, 10_000), st.integers(0, 3_000)),
@@ -121,3 +122,25 @@ def test_readahead_grows_on_sequential_reads_and_stays_exact_on_seeks() -> None:
     assert cache._fetch(1_000_000, 1_000_100) == data[1_000_000:1_000_100]  # a seek: exact again
     assert fetched[-1] == (1_000_000, 1_000_100)
     assert cache._fetch(len(data) - 10, len(data) + 50) == data[-10:]
+
+
+def test_recent_statuses_keep_files_for_a_moment_and_a_bounded_number() -> None:
+    def status(file_id: int, kind: int = hdfs_pb2.HdfsFileStatusProto.IS_FILE) -> hdfs_pb2.HdfsFileStatusProto:
+        return hdfs_pb2.HdfsFileStatusProto(fileType=kind, fileId=file_id, path=b"", length=1,
+                                            permission=hdfs_pb2.FsPermissionProto(perm=0o644), owner="u",
+                                            group="g", modification_time=0, access_time=0)
+
+    recent = RecentStatuses(seconds=1.0, capacity=3)
+    recent.note("/d", status(5, hdfs_pb2.HdfsFileStatusProto.IS_DIR), now=0.0)
+    recent.note("/link", status(6, hdfs_pb2.HdfsFileStatusProto.IS_SYMLINK), now=0.0)
+    assert len(recent) == 0  # only files are opened
+    recent.note("/a", status(10), now=0.0)
+    assert recent.get("/a", now=1.0) is not None and recent.get("/a", now=1.0).fileId == 10  # type: ignore[union-attr]
+    assert recent.get("/a", now=1.01) is None and len(recent) == 0  # too old: gone
+    for i, path in enumerate(("/a", "/b", "/c", "/d")):
+        recent.note(path, status(20 + i), now=2.0)
+    assert recent.get("/a", now=2.0) is None and len(recent) == 3  # over capacity: the oldest dropped
+    recent.note("/b", status(30), now=2.5)  # described again: the newer status wins
+    assert recent.get("/b", now=3.4).fileId == 30  # type: ignore[union-attr]
+    recent.forget("/b")
+    assert recent.get("/b", now=2.5) is None
