@@ -30,6 +30,8 @@ from hdfsfuse.client.locator import Locator
 from hdfsfuse.client.options import ClientOptions
 from hdfsfuse.client.replicated import ReplicatedReader
 from hdfsfuse.conf.hadoop import NameNodeTarget, ViewTarget, load_hadoop_conf, resolve_source
+from hdfsfuse.datanode.buffers import read_buffer
+from hdfsfuse.datanode.dtp import Placement
 from hdfsfuse.datanode.pieces import Piece, clamp
 from hdfsfuse.datanode.reader import run_each
 from hdfsfuse.encryption.ctr import CtrDecryptor
@@ -248,10 +250,12 @@ class HdfsClient:
         pieces = file.map.pieces(offset, n)
         if len(pieces) == 1:
             return await self._read_piece(file, pieces[0], arrival)
-        result = bytearray(n)
+        result = read_buffer(n)  # the pieces cover it: every byte is written before it is returned
 
         async def fill(piece: Piece) -> None:
-            result[piece.out_offset : piece.out_offset + piece.length] = await self._read_piece(file, piece)
+            data = await self._read_piece(file, piece, into=(result, Placement(piece.out_offset)))
+            if data is not result:  # from the block cache, a local replica, or a striped group
+                result[piece.out_offset : piece.out_offset + piece.length] = data
 
         await run_each(fill, pieces)
         return result
@@ -282,13 +286,15 @@ class HdfsClient:
             data = self.short_circuit.read_now(block.b, at, n)
         return data
 
-    async def _read_piece(self, file: HdfsFile, piece: Piece, arrival: Arrival | None = None) -> bytes | bytearray:
+    async def _read_piece(self, file: HdfsFile, piece: Piece, arrival: Arrival | None = None,
+                          into: tuple[bytearray, Placement] | None = None) -> bytes | bytearray:
+        """One block's piece; `into`: a replicated block's DataNode bytes land in that buffer."""
         total = self.options.timeouts.total
         failures: dict[str, str] = {}
         with trio.move_on_after(total):
             if file.ec_policy is not None:
                 return await self.striped.read(file, piece, file.ec_policy, arrival)
-            return await self.replicated.read(file, piece, failures)
+            return await self.replicated.read(file, piece, failures, into)
         detail = "; ".join(f"{a}: {why}" for a, why in failures.items()) or "no replica answered"
         message = (
             f"{file.path}: the block at file offset {piece.block_start} (reading offset "

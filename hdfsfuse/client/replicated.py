@@ -58,11 +58,16 @@ class ReplicatedReader:
         self.hedges = HedgeTimer()
         nursery.start_soon(self.hedges.run, nursery)
 
-    async def read(self, file: HdfsFile, piece: Piece, failures: dict[str, str]) -> bytes | bytearray:
-        """One piece of a replicated block; `failures` collects each replica's reason."""
+    async def read(self, file: HdfsFile, piece: Piece, failures: dict[str, str],
+                   into: tuple[bytearray, dtp.Placement] | None = None) -> bytes | bytearray:
+        """One piece of a replicated block; `failures` collects each replica's reason.
+
+        `into`: a DataNode's bytes land in the caller's buffer at the placement's places, and
+        that buffer is returned; bytes from the block cache or a local replica come back in
+        their own buffer (the caller copies them)."""
         if self.context.cached is not None and file.finalized(piece.block_start):
             return await self._read_cached(file, piece, failures)
-        return await self._read_with_failover(file, piece, failures)
+        return await self._read_with_failover(file, piece, failures, into=into)
 
     async def _read_cached(self, file: HdfsFile, piece: Piece, failures: dict[str, str]) -> bytes | bytearray:
         """A finalized block's piece from the block cache, else from HDFS (and then cached).
@@ -90,13 +95,14 @@ class ReplicatedReader:
 
     async def _read_with_failover(
         self, file: HdfsFile, piece: Piece, failures: dict[str, str], keep: list[dtp.ReadBlockParser] | None = None,
+        into: tuple[bytearray, dtp.Placement] | None = None,
     ) -> bytes | bytearray:
         token_refreshed = False
         refetched = False
         while True:
             block = file.map.block_at(piece.block_start)
             plan = file.block_plan(piece.block_start, self.context)
-            outcome = await _Round(self, file, piece, plan, failures, keep).run()
+            outcome = await _Round(self, file, piece, plan, failures, keep, into).run()
             if outcome.data is not None:
                 if outcome.corrupt:
                     self.reports.replicas(file, block, outcome.corrupt)
@@ -127,10 +133,12 @@ class _Round:
     """
 
     def __init__(self, reader: ReplicatedReader, file: HdfsFile, piece: Piece, plan: BlockPlan,
-                 failures: dict[str, str], keep: list[dtp.ReadBlockParser] | None) -> None:
+                 failures: dict[str, str], keep: list[dtp.ReadBlockParser] | None,
+                 into: tuple[bytearray, dtp.Placement] | None = None) -> None:
         self.context = reader.context
         self.hedges = reader.hedges
         self.file, self.piece, self.plan, self.failures, self.keep = file, piece, plan, failures, keep
+        self.into = into  # a hedge writes the same verified bytes to the same places
         self.outcome = _Outcome()
         self.dead = file.dead.setdefault(piece.block_start, set())
         self.pending = self.context.replicas.order(plan.replicas, self.dead, trio.current_time())
@@ -164,7 +172,7 @@ class _Round:
             data = await read_replica(
                 context.pool, address, self.request, piece.offset_in_block, piece.length,
                 description, context.timeouts, context.stats,
-                None if security is None else security.for_block(plan.token), self.keep,
+                None if security is None else security.for_block(plan.token), self.keep, self.into,
             )
         except HdfsError as e:
             return e

@@ -120,6 +120,21 @@ async def test_concurrent_multi_block_read(cluster: MiniDfs, data_dir: str) -> N
             assert results[i] == data[i * 700_000 : i * 700_000 + 1_500_000]
 
 
+async def test_a_read_across_blocks_hedged_at_once_lands_every_byte_in_place(cluster: MiniDfs, data_dir: str) -> None:
+    """Each block's bytes go straight into the read's one buffer; with a threshold of 0 every
+    piece is read from two replicas at once, both writing their verified bytes into it."""
+    size = 4 * MiB + 777
+    data = cluster.put_bytes(random_bytes(size, seed=31), f"{data_dir}/hedged")
+    rnd = random.Random(32)
+    async with client_for(cluster, hedge_after=0.0) as client:
+        f = await client.open(f"{data_dir}/hedged")
+        cases = [(0, size), (MiB - 3, 2 * MiB + 6), (100, 3 * MiB)]
+        cases += [(rnd.randrange(MiB), rnd.randrange(MiB + 1, 3 * MiB)) for _ in range(12)]
+        for offset, length in cases:
+            assert bytes(await client.read_range(f, offset, length)) == data[offset : offset + length], (offset, length)
+        assert client.stats.hedged_reads > 0
+
+
 async def test_corrupt_replica_is_skipped_and_reported(fresh_cluster) -> None:  # type: ignore[no-untyped-def]
     c: MiniDfs = fresh_cluster(datanodes=3)
     data = c.put_bytes(random_bytes(2 * MiB, seed=30), "/c")
