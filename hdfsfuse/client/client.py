@@ -102,7 +102,7 @@ class HdfsClient:
     # ----- opening files --------------------------------------------------------------------------
 
     async def open(self, path: str, *, file_id: int = 0, namenode: NameNodeClient | ViewNameNode | None = None,
-                   known: FileStatus | None = None, use_kept: bool = True) -> HdfsFile:
+                   known: FileStatus | None = None) -> HdfsFile:
         """Open a file by path, or (with `file_id`) exactly the file with that inode id.
 
         `namenode`: the connection of the identity opening it (per-caller identity); the file
@@ -112,13 +112,13 @@ class HdfsClient:
         `known`: the file's status as a listing or lookup gave it moments ago (its fileId is
         `file_id`). The open then trusts it: it asks the NameNode once, for the locations by
         inode path (which also proves the file still exists), or not at all when locations of
-        the unchanged file are kept (`located`) and `use_kept`.
+        the unchanged file are kept (`located`).
         """
         nn, path = (namenode or self.namenode).route(path)
         kept = None
         if known is not None and file_id and known.fileId == file_id and not nn.router:
             status = known
-            kept = self.located.find(known) if use_kept else None
+            kept = self.located.find(known)
             self.stats.cache_hits["locations" if kept is not None else "status"] += 1
         else:
             await nn.sync_for_open()

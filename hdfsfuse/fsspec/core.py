@@ -106,12 +106,13 @@ class Core:
 
         A file `info` or `ls` described within the last second (`RecentStatuses`) is opened as
         that file: its locations are asked by inode path, which also proves it still exists
-        (one call, not getFileInfo and then the locations). Gone since (deleted, or replaced
-        by a new file): the path is opened afresh."""
+        (one call, not getFileInfo and then the locations; the filesystem's client keeps no
+        locations across opens). Gone since (deleted, or replaced by a new file): the path is
+        opened afresh."""
         described = self.recent.get(path, trio.current_time())
         if described is not None:
             try:
-                return await self.client.open(path, file_id=described.fileId, known=described, use_kept=False)
+                return await self.client.open(path, file_id=described.fileId, known=described)
             except FileNotFound:
                 self.recent.forget(path)
         return await self.client.open(path)

@@ -9,6 +9,7 @@ carries the URL and storage options, never connections.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import errno
 import os
@@ -89,7 +90,10 @@ class Connection:
             portal = self._portal
             if portal is None or portal.pid != os.getpid():
                 try:
-                    portal = Portal(self.target, from_mount_options(self.options))
+                    # No locations kept across opens: an open asks the NameNode for them again
+                    # (`Core.open`), so keeping them would only cost memory.
+                    client_options = dataclasses.replace(from_mount_options(self.options), located_files=0)
+                    portal = Portal(self.target, client_options)
                 except (HdfsError, OSError) as e:
                     raise python_error("connect", self.target.label, e, self.options.namenode_timeout) from None
                 self._portal, self._core = portal, Core(portal.client, self.options.request_timeout)

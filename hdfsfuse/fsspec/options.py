@@ -12,7 +12,7 @@ from hdfsfuse.errors import ConfigError
 LIBRARY_OPTIONS = (
     "hadoop_conf", "user", "keytab", "principal", "token_file", "kms_ca_file",
     "connect_timeout", "read_timeout", "total_timeout", "namenode_timeout", "request_timeout",
-    "hedge_after", "cache_dir", "cache_size", "short_circuit", "readahead_max", "metadata_entries",
+    "hedge_after", "cache_dir", "cache_size", "short_circuit", "readahead_max",
 )
 MOUNT_ONLY = frozenset(f.name for f in dataclasses.fields(MountOptions)) - set(LIBRARY_OPTIONS) - {"passthrough"}
 
@@ -25,7 +25,7 @@ def _text(name: str, value: object) -> str:
         return "off"
     if isinstance(value, bool):
         raise ConfigError(f"option {name}: {value!r} is not a valid value")
-    if isinstance(value, float) and value.is_integer() and name in ("cache_size", "readahead_max", "metadata_entries"):
+    if isinstance(value, float) and value.is_integer() and name in ("cache_size", "readahead_max"):
         value = int(value)
     return str(value)
 

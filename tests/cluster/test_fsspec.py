@@ -150,12 +150,14 @@ def test_an_open_right_after_info_asks_once_and_a_file_replaced_meanwhile_is_ope
     first = cluster.put_bytes(random_bytes(70_000, seed=81), path)
     fs = _fs(cluster)
     assert fs.cat_file(path, 0, 10) == first[:10]  # connected, server defaults known
-    fs.info(path)
+    fs.connection.core().recent.seconds = 600.0  # a loaded machine must not outlast the second in between
     before = cluster.rpc_counts()
+    fs.info(path)
     with fs.open(path) as f:  # pyarrow's pattern: info, then open
         assert f.read() == first
     asked = cluster.rpc_counts() - before
-    assert asked == {"GetBlockLocations": 1}, asked  # by inode path: no getFileInfo
+    assert asked == {"GetFileLinkInfo": 1, "GetBlockLocations": 1}, asked  # by inode path: no getFileInfo
+    assert len(fs.connection.core().client.located) == 0  # nothing reuses locations across opens here
 
     fs.info(path)
     cluster.delete(path)

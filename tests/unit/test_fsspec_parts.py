@@ -56,7 +56,8 @@ def test_storage_options_are_mount_options() -> None:
     for bad, message in [({"direct_io": True}, "applies to mounts only"), ({"nope": 1}, "unknown storage option"),
                          ({"principal": "a b"}, "is not a Kerberos principal"),
                          ({"connect_timeout": 0}, "must be more than 0 seconds"),
-                         ({"metadata_entries": True}, "is not a valid value")]:
+                         ({"cache_size": True}, "is not a valid value"),
+                         ({"metadata_entries": 10}, "applies to mounts only")]:
         with pytest.raises(Exception, match=message):
             parse_storage_options(bad)
 
