@@ -193,7 +193,8 @@ async def run_mount(
                 # The edit stream's own nursery: it stops (and its kernel notifications, which use
                 # the FUSE session, finish) before the session is closed below.
                 async with trio.open_nursery() as notifying:
-                    if options.inotify and await notifying.start(LiveInvalidation(client.namenode, ops, stats).run):
+                    live = LiveInvalidation(client.namenode, ops.caches, stats)
+                    if options.inotify and await notifying.start(live.run):
                         ops.names.until_changed()  # the edit stream tells what changed from now on
                     nursery.start_soon(_stop_on_signals)
                     log.info("mounted %s at %s", source, mountpoint)

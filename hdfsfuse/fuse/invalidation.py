@@ -47,7 +47,7 @@ class EditStream(Protocol):
 
 
 class Caches(Protocol):
-    """What the mount caches that a change makes stale (`HdfsOperations`)."""
+    """What the mount caches that a change makes stale (`MountCaches`)."""
 
     inodes: InodeTable
 

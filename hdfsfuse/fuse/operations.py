@@ -3,7 +3,8 @@
 The handlers keep no state of their own beyond the parts they are built with: inode numbers and
 the NameNode paths behind them (`inodes`: live files are asked about by inode path, so a rename
 never stales them, and snapshot copies get inodes and page caches of their own), kernel
-attributes and the negative-lookup cache (`attributes`), directory listings (`listings`), open
+attributes and the negative-lookup cache (`attributes`, forgotten with the kept names and
+locations through `caches` when a file leaves its name), directory listings (`listings`), open
 handles and their readahead (`handles`), extended attributes (`xattrs`), the caller's NameNode
 connection (`callers`) and the one error boundary (`boundary`).
 
@@ -27,6 +28,7 @@ from hdfsfuse.conf.mount_options import MountOptions
 from hdfsfuse.errors import FileNotFound, HdfsError
 from hdfsfuse.fuse.attributes import IS_DIR, IS_SYMLINK, Attributes, NegativeCache
 from hdfsfuse.fuse.boundary import RequestBoundary
+from hdfsfuse.fuse.caches import MountCaches
 from hdfsfuse.fuse.callers import Identities
 from hdfsfuse.fuse.handles import OpenFile, OpenFiles, Readahead
 from hdfsfuse.fuse.inodes import ROOT_INODE, Entry, InodeTable
@@ -76,6 +78,8 @@ class HdfsOperations(pyfuse3.Operations):
         # caller's permissions are the NameNode's to check, per request).
         self.names = NameCache(options.entry_timeout, options.metadata_entries if options.identity == "mount" else 0)
         self.kept = KeptMetadata(self.names, client.located, self.nn, self.inodes, self.stats)
+        # What a change makes stale, forgotten together (here, and by `-o inotify`).
+        self.caches = MountCaches(self.inodes, self.attributes, self.negative, self.names, client.located)
         self.boundary = RequestBoundary(options.request_timeout)
         self.readahead = Readahead(client.fetch_stored, ReadaheadBudget(options.readahead_total),
                                    options.request_timeout, self.stats, nursery)
@@ -101,36 +105,6 @@ class HdfsOperations(pyfuse3.Operations):
         fh = self._next_fh
         self._next_fh += 1
         return fh
-
-    def forget_cached(self, inode: int | None, parent: int | None, name: str) -> None:
-        """Drop our cached attributes of `inode` and `parent`, and a cached absence or status of
-        `name` in `parent` (live invalidation: the NameNode says they changed)."""
-        for known in (inode, parent):
-            if known is not None:
-                self.attributes.forget(known)
-        if inode is not None:
-            self.client.located.forget(inode)
-        if parent is not None:
-            raw = name.encode("utf-8", "surrogateescape")
-            self.negative.forget((parent, raw))
-            self.names.forget(parent, raw)
-
-    def forget_path(self, path: str) -> None:
-        """The NameNode says `path` changed: forget what listings said about it, whether or not
-        the kernel holds it (live invalidation)."""
-        self.names.forget_path(path)
-
-    def forget_all(self) -> None:
-        """The edit stream lost track: forget every kept name and location."""
-        self.names.clear()
-        self.client.located.clear()
-
-    def _forget_entry(self, entry: Entry) -> None:
-        """The NameNode says this inode's file is gone from its name: ask again next time."""
-        self.attributes.forget(entry.inode)
-        self.client.located.forget(entry.inode)
-        if entry.parent is not None:
-            self.names.forget(entry.parent.inode, entry.name.encode("utf-8", "surrogateescape"))
 
     # ----- metadata -------------------------------------------------------------------------------
 
@@ -193,7 +167,7 @@ class HdfsOperations(pyfuse3.Operations):
             st = await self.caller_namenode(ctx).get_file_link_info(entry.nn_path)
             if st is None or (entry.file_id and not entry.by_inode and not entry.snapshot
                               and st.fileId != entry.file_id):  # federated: another file has its path now
-                self._forget_entry(entry)
+                self.caches.forget_entry(entry)
                 if cached is not None and self.handles.is_open(inode):
                     return cached.attrs  # still open: it keeps its last attributes, as a deleted local file does
                 # ESTALE makes stat() look the name up again; a plain path lookup then finds what is there now.
@@ -320,7 +294,7 @@ class HdfsOperations(pyfuse3.Operations):
                 # mount's identity, as a listing or lookup described it moments ago).
                 file = await self.client.open(path, file_id=file_id, namenode=self.caller_namenode(ctx), known=known)
             except FileNotFound:
-                self._forget_entry(entry)
+                self.caches.forget_entry(entry)
                 if not file_id:
                     raise
                 # The kernel's name still points at a file deleted or replaced since: ESTALE
