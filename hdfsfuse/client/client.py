@@ -40,7 +40,7 @@ from hdfsfuse.erasure.arrival import Arrival
 from hdfsfuse.erasure.codec import EcPolicy, resolve_policy
 from hdfsfuse.erasure.reader import StripedReader
 from hdfsfuse.errors import BlockUnavailable, FileNotFound, IsADirectory, NotSupported
-from hdfsfuse.namenode.client import FileStatus, NameNodeClient
+from hdfsfuse.namenode.client import FileStatus, LocatedBlocks, NameNodeClient
 from hdfsfuse.namenode.viewfs import ViewNameNode
 from hdfsfuse.proto import hdfs_pb2
 from hdfsfuse.security.transfer import DataTransferSecurity
@@ -149,9 +149,17 @@ class HdfsClient:
         that range answers for every block it touches, and nothing else is asked (no
         getFileInfo). Pinned to those block ids: a block fetched again (a replica refused) that
         is not the same block fails the read with FileChanged. For more reads, `open`."""
+        return await self.range_file(path, await self.locate_range(path, offset, length))
+
+    async def locate_range(self, path: str, offset: int, length: int) -> LocatedBlocks:
+        """The NameNode's answer for the blocks of [offset, offset+length) of the file at `path`."""
         nn, path = self.namenode.route(path)
         await nn.sync_for_open()
-        lbs = await nn.get_block_locations(path, offset, max(1, length))
+        return await nn.get_block_locations(path, offset, max(1, length))
+
+    async def range_file(self, path: str, lbs: LocatedBlocks) -> HdfsFile:
+        """A file for reads inside the blocks `lbs` names (see `open_range`)."""
+        nn, path = self.namenode.route(path)
         status = hdfs_pb2.HdfsFileStatusProto(fileType=hdfs_pb2.HdfsFileStatusProto.IS_FILE, length=lbs.fileLength)
         if lbs.HasField("ecPolicy"):
             status.ecPolicy.CopyFrom(lbs.ecPolicy)

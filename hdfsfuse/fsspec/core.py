@@ -4,6 +4,7 @@ exceptions (the message is the mount's log line for the same failure)."""
 
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 from collections.abc import Awaitable, Callable
@@ -15,7 +16,7 @@ from hdfsfuse.client import HdfsClient
 from hdfsfuse.client.files import HdfsFile
 from hdfsfuse.errors import FileNotFound, HdfsError, NotADirectory, to_errno
 from hdfsfuse.fsspec import info as infos
-from hdfsfuse.fsspec import ranges
+from hdfsfuse.fsspec import ranges, seen
 from hdfsfuse.fsspec.ranges import Span
 from hdfsfuse.fsspec.recent import RecentStatuses
 
@@ -58,6 +59,8 @@ class Core:
         self.namenode = client.namenode
         self.request_timeout = request_timeout
         self.recent = RecentStatuses()  # what `info` and `ls` just described, for `open`
+        self.seen = seen.SeenBlocks()  # blocks of finalized files read before, for `cat`'s early read
+        self.early_reads: collections.Counter[str] = collections.Counter()  # "kept" or "dropped"
 
     async def bounded(self, op: str, what: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run one request within `request_timeout`; what escapes becomes a Python OSError."""
@@ -122,16 +125,63 @@ class Core:
         return await self.client.read_range(file, offset, length)
 
     async def cat(self, path: str, start: int | None, end: int | None) -> bytes | bytearray:
-        """One read: its locations in one NameNode call (`HdfsClient.open_range`)."""
+        """One read, its locations in one NameNode call (`HdfsClient.locate_range`).
+
+        A range in blocks an earlier read of the path was told of (`SeenBlocks`) is read from
+        them at once, while that call is in flight: its answer keeps the bytes only if it names
+        the same length and blocks, else the range is read again as it says."""
         known = start is not None and start >= 0 and end is not None and end >= 0
         offset, length = (start, max(0, end - start)) if known else (0, WHOLE_FILE)  # type: ignore[operator]
+        guess = self.seen.guess(path, offset, length)
+        early: list[bytes | bytearray] = []
+        if guess is None:
+            answer = await self._answer(path, offset, length)
+        else:
+            failure: HdfsError | None = None
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_early, path, guess, start, end, early)
+                try:
+                    answer = await self._answer(path, offset, length)
+                except HdfsError as e:  # raised outside the nursery, not as a group
+                    failure = e
+                    nursery.cancel_scope.cancel()
+                else:
+                    if not seen.same_range(guess, answer, offset, length):
+                        nursery.cancel_scope.cancel()  # whatever the early read gets is dropped
+            if failure is not None:
+                raise failure
+        self.seen.note(path, answer)
+        if guess is not None and early and seen.same_range(guess, answer, offset, length):
+            self.early_reads["kept"] += 1
+            data = early[0]
+        else:
+            if guess is not None:
+                self.early_reads["dropped"] += 1
+            data = await self._read_as(path, answer, start, end)
+        self.client.stats.app_bytes += len(data)
+        return data
+
+    async def _answer(self, path: str, offset: int, length: int) -> seen.LocatedBlocks:
         try:
-            file = await self.client.open_range(path, offset, length)
+            return await self.client.locate_range(path, offset, length)
         except FileNotFound:
+            self.seen.forget(path)
             await self.client.open(path)  # the precise error: no such file, or a directory
             raise
+
+    async def _read_early(self, path: str, guess: seen.LocatedBlocks, start: int | None, end: int | None,
+                          into: list[bytes | bytearray]) -> None:
+        """The range read as the kept blocks say; a failure leaves it to the answer."""
+        try:
+            into.append(await self._read_as(path, guess, start, end))
+        except (HdfsError, OSError) as e:
+            log.debug("%s: the early read failed (%s); reading as the NameNode answers", path, e)
+
+    async def _read_as(self, path: str, lbs: seen.LocatedBlocks, start: int | None,
+                       end: int | None) -> bytes | bytearray:
+        file = await self.client.range_file(path, lbs)
         lo, hi = resolve(start, end, file.length)
-        return await self.read(file, lo, hi - lo)
+        return await self.client.fetch_range(file, lo, hi - lo)
 
     async def open_all(self, paths: list[str]) -> dict[str, HdfsFile | OSError]:
         """Each distinct path opened once, concurrently; a failure is kept as its exception."""

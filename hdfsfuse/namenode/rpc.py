@@ -5,6 +5,10 @@ framing lives in `hdfsfuse.namenode.ipc`; failover and retries live in `hdfsfuse
 
 - Calls are written whole under a send lock; a reader task (owned by the caller's nursery)
   routes each response to its waiting call.
+- Once connected, the socket is driven without trio's stream layer, as a DataNode's is: a send
+  is tried at once and only waits when the kernel's buffer is full, and the reader waits for
+  the socket and then takes what is in. A call costs its one wait for the answer, not a trio
+  checkpoint for every lock, send and receive.
 - Every call has a deadline. A call cancelled mid-send closes the connection, because a
   partial frame would corrupt the stream.
 - EOF, a reset or a FATAL frame fails every waiting call; the next call reconnects.
@@ -21,6 +25,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+import socket
 import uuid
 from typing import Protocol
 
@@ -65,17 +70,45 @@ class SaslRefused(AuthenticationRequired):
     """The server refused our credentials during SASL (worth one fresh attempt)."""
 
 
-class _Link:
-    """One live socket plus the calls waiting on it."""
+RECEIVE_SIZE = 65536
 
-    def __init__(self, stream: trio.SocketStream) -> None:
-        self.stream = stream
+
+def _encode(frame: bytes, layer: Layer | None) -> bytes:
+    return frame if layer is None else ipc.encode_wrapped(frame, layer.wrap)
+
+
+class _Link:
+    """One live (non-blocking) socket plus the calls waiting on it."""
+
+    def __init__(self, sock: socket.socket, layer: Layer | None) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.layer = layer
         self.pending: dict[int, _Slot] = {}
         self.dead: HdfsError | None = None
-        self.layer: Layer | None = None
 
     def encode(self, frame: bytes) -> bytes:
-        return frame if self.layer is None else ipc.encode_wrapped(frame, self.layer.wrap)
+        return _encode(frame, self.layer)
+
+    def send_now(self, data: bytes) -> int:
+        """As much of `data` as the socket takes without waiting."""
+        try:
+            return self.sock.send(data)
+        except BlockingIOError:
+            return 0
+
+    async def send_all(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[self.sock.send(view):]
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(self.sock)
+
+    def close(self) -> None:
+        if self.sock.fileno() >= 0:
+            trio.lowlevel.notify_closing(self.sock)
+            self.sock.close()
 
     def fail_all(self, error: HdfsError) -> None:
         if self.dead is None:
@@ -149,6 +182,9 @@ class RpcConnection:
         return self.auth.user
 
     async def _connected(self) -> _Link:
+        link = self._link
+        if link is not None and link.dead is None and not self._closed and not self._connect_lock.locked():
+            return link  # the usual case, without a checkpoint
         async with self._connect_lock:
             if self._closed:
                 raise ConnectionLost(f"connection to {self.address} is closed")
@@ -177,22 +213,23 @@ class RpcConnection:
             raise ConnectionLost(f"connecting to {self.address} timed out after {self.connect_timeout:g}s") from None
         except OSError as e:
             raise ConnectionLost(f"cannot connect to {self.address}: {e.strerror or e}") from None
-        link = _Link(stream)
+        layer = None
         try:
             # No reply comes for the context; the first call's reply proves the handshake.
             if not self.auth.sasl:
                 await stream.send_all(ipc.encode_handshake(self.client_id, self.auth.user, self.protocol))
             else:
                 with trio.fail_after(self.connect_timeout):
-                    user, link.layer = await self._negotiate(stream)
-                await stream.send_all(link.encode(ipc.encode_context(self.client_id, user, self.protocol)))
+                    user, layer = await self._negotiate(stream)
+                await stream.send_all(_encode(ipc.encode_context(self.client_id, user, self.protocol), layer))
         except trio.TooSlowError:
             await trio.aclose_forcefully(stream)
             raise ConnectionLost(f"SASL with {self.address} took longer than {self.connect_timeout:g}s") from None
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise
-        return link
+        # Nothing is read ahead: the server says nothing more until the first call's answer.
+        return _Link(socket.socket(fileno=stream.socket.detach()), layer)
 
     async def _negotiate(self, stream: trio.SocketStream) -> tuple[str | None, Layer | None]:
         """SASL before the context: (the user the context names, the negotiated layer)."""
@@ -305,15 +342,22 @@ class RpcConnection:
         error: HdfsError = ConnectionLost(f"connection to {self.address} closed")
         try:
             while True:
-                data = await link.stream.receive_some(65536)
-                if not data:
-                    error = ConnectionLost(f"{self.address} closed the connection")
-                    return
-                reader.feed(data)
-                fatal = self._dispatch(link, reader)
-                if fatal is not None:
-                    error = fatal
-                    return
+                await trio.lowlevel.wait_readable(link.sock)
+                while True:  # what is in, then wait again
+                    try:
+                        data = link.sock.recv(RECEIVE_SIZE)
+                    except BlockingIOError:
+                        break
+                    if not data:
+                        error = ConnectionLost(f"{self.address} closed the connection")
+                        return
+                    reader.feed(data)
+                    fatal = self._dispatch(link, reader)
+                    if fatal is not None:
+                        error = fatal
+                        return
+                    if len(data) < RECEIVE_SIZE:
+                        break
         except ProtocolError as e:
             error = ConnectionLost(f"protocol error from {self.address}: {e}")
             log.error("RPC %s: %s", self.address, error)
@@ -324,8 +368,7 @@ class RpcConnection:
             log.error("RPC %s: %s", self.address, error)
         finally:
             link.fail_all(error)
-            with trio.CancelScope(shield=True):
-                await trio.aclose_forcefully(link.stream)
+            link.close()
 
     def _dispatch(self, link: _Link, reader: ipc.ResponseReader | ipc.UnwrappingReader) -> HdfsError | None:
         """Route every complete response; return an error if the server sent FATAL."""
@@ -361,18 +404,7 @@ class RpcConnection:
                 state = None if self.alignment is None else self.alignment.last
                 frame = ipc.encode_call(call_id, self.client_id, method, request, self.protocol, state_id=state)
                 link.pending[call_id] = slot
-                async with self._send_lock:
-                    try:
-                        # Wrapped under the lock: a layer's sequence numbers and cipher state
-                        # must reach the server in the order they were used.
-                        await link.stream.send_all(link.encode(frame))
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
-                        link.fail_all(ConnectionLost(f"sending to {self.address} failed: {e}"))
-                    except BaseException:
-                        # Cancelled mid-frame: the stream is no longer in sync.
-                        link.fail_all(ConnectionLost(f"call to {self.address} cancelled mid-send"))
-                        await trio.aclose_forcefully(link.stream)
-                        raise
+                await self._send(link, frame)
                 await slot.event.wait()
         except trio.TooSlowError:
             raise RpcTimeout(f"{method} on {self.address}: no answer within {timeout:g}s") from None
@@ -384,16 +416,43 @@ class RpcConnection:
         assert slot.body is not None
         return slot.body
 
+    async def _send(self, link: _Link, frame: bytes) -> None:
+        """Write one call whole, in order with the others: at once when no other call is part
+        way through a send (no checkpoint), else after it. A failure fails the link's calls."""
+        lock = self._send_lock
+        if lock.locked():
+            await lock.acquire()
+        else:
+            lock.acquire_nowait()
+        try:
+            # Wrapped under the lock: a layer's sequence numbers and cipher state must reach
+            # the server in the order they were used.
+            data = link.encode(frame)
+            sent = link.send_now(data)
+            if sent < len(data):
+                await link.send_all(memoryview(data)[sent:])
+        except (OSError, trio.ClosedResourceError) as e:
+            link.fail_all(ConnectionLost(f"sending to {self.address} failed: {e}"))
+        except BaseException:
+            # Cancelled mid-frame: the stream is no longer in sync.
+            link.fail_all(ConnectionLost(f"call to {self.address} cancelled mid-send"))
+            link.close()
+            raise
+        finally:
+            lock.release()
+
     async def close_link(self) -> None:
         """Close the socket, but stay usable: the next call connects (and authenticates) again."""
         link, self._link = self._link, None
         if link is not None:
             link.fail_all(ConnectionLost(f"connection to {self.address} closed while idle"))
-            await trio.aclose_forcefully(link.stream)
+            link.close()
+        await trio.lowlevel.checkpoint()
 
     async def aclose(self) -> None:
         self._closed = True
         link, self._link = self._link, None
         if link is not None:
             link.fail_all(ConnectionLost(f"connection to {self.address} closed by the client"))
-            await trio.aclose_forcefully(link.stream)
+            link.close()
+        await trio.lowlevel.checkpoint()

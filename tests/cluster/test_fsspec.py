@@ -170,6 +170,49 @@ def test_an_open_right_after_info_asks_once_and_a_file_replaced_meanwhile_is_ope
         fs.open(path)
 
 
+def test_a_read_in_blocks_read_before_starts_at_once_and_keeps_its_bytes_only_if_the_answer_names_them(
+        cluster: MiniDfs) -> None:
+    path = f"{ROOT}/early"
+    cluster.delete(path)
+    first = cluster.put_bytes(random_bytes(2_500_000, seed=91), path)  # blocks of 1 MiB: 0, 1 and 2
+    fs = _fs(cluster)
+    core = fs.connection.core()
+    assert fs.cat_file(path, 100, 200) == first[100:200]  # block 0 is known now
+    assert fs.cat_file(path, 2_400_000, 2_400_100) == first[2_400_000:2_400_100]  # and block 2
+    before = cluster.rpc_counts()
+    assert fs.cat_file(path, 5_000, 9_096) == first[5_000:9_096]
+    assert core.early_reads == {"kept": 1}
+    assert cluster.rpc_counts() - before == {"GetBlockLocations": 1}  # the answer is still asked, every time
+    assert fs.cat_file(path, 1_048_000, 1_049_000) == first[1_048_000:1_049_000]  # block 1: not known before
+    assert core.early_reads == {"kept": 1}
+
+    # Replaced by a file of the same length: its blocks have other ids. The old blocks are
+    # still on the DataNodes, so the early read gets the old file's bytes, and drops them.
+    cluster.delete(path)
+    second = cluster.put_bytes(random_bytes(2_500_000, seed=92), path)
+    assert fs.cat_file(path, 5_000, 9_096) == second[5_000:9_096]
+    assert core.early_reads == {"kept": 1, "dropped": 1}
+    assert fs.cat_file(path, 2_400_000, 2_400_100) == second[2_400_000:2_400_100]
+    assert fs.cat_file(path, 2_400_000, 2_400_100) == second[2_400_000:2_400_100]
+    assert core.early_reads == {"kept": 2, "dropped": 1}
+
+    # Appended to: a new length, and its last block a new generation stamp.
+    second += cluster.append_bytes(random_bytes(1_000, seed=93), path)
+    assert fs.cat_file(path, 2_400_000, 2_501_000) == second[2_400_000:2_501_000]
+    assert core.early_reads == {"kept": 2, "dropped": 2}
+    assert fs.cat_file(path, 0, 100) == second[:100]  # a new length: block 0 is asked again
+    assert core.early_reads == {"kept": 2, "dropped": 2}
+    # Truncated inside block 0.
+    cluster.truncate(path, 10_000)
+    assert fs.cat_file(path, 5_000, 20_000) == second[5_000:10_000]
+    assert core.early_reads == {"kept": 2, "dropped": 3}
+    # Deleted: the answer says so, whatever the DataNodes still hold.
+    cluster.delete(path)
+    with pytest.raises(FileNotFoundError):
+        fs.cat_file(path, 5_000, 6_000)
+    assert core.seen.guess(path, 5_000, 1_000) is None
+
+
 def test_metadata(cluster: MiniDfs, tables) -> None:  # type: ignore[no-untyped-def]
     fs = _fs(cluster)
     local = tables["local"]

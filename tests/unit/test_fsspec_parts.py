@@ -1,5 +1,6 @@
 """The fsspec filesystem's pure parts: the cat_ranges plan, storage options, paths and info
-dicts, range arguments, the error translation and the readahead window."""
+dicts, range arguments, the error translation, the readahead window, and what is kept of
+recent descriptions and of blocks read before."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hdfsfuse.datanode.pieces import clamp
 from hdfsfuse.errors import AccessDenied, ChecksumMismatch, FileNotFound, IsADirectory, RpcTimeout
 from hdfsfuse.fsspec.core import python_error, resolve
 from hdfsfuse.fsspec.files import FIRST_WINDOW, AdaptiveReadahead
@@ -18,6 +20,7 @@ from hdfsfuse.fsspec.info import hdfs_path, info, split_url
 from hdfsfuse.fsspec.options import MOUNT_ONLY, parse_storage_options
 from hdfsfuse.fsspec.ranges import plan
 from hdfsfuse.fsspec.recent import RecentStatuses
+from hdfsfuse.fsspec.seen import SeenBlocks, same_range
 from hdfsfuse.proto import hdfs_pb2
 
 requests = st.lists(st.tuples(st.sampled_from(["/a", "/b"]), st.integers(0, 10_000), st.integers(0, 3_000)),
@@ -145,3 +148,68 @@ def test_recent_statuses_keep_files_for_a_moment_and_a_bounded_number() -> None:
     assert recent.get("/b", now=3.4).fileId == 30  # type: ignore[union-attr]
     recent.forget("/b")
     assert recent.get("/b", now=2.5) is None
+
+
+BLOCK = 1000
+
+
+def _answer(length: int, first_id: int, offsets: list[int], *, stamp: int = 7, writing: bool = False,
+            policy: str = "") -> hdfs_pb2.LocatedBlocksProto:
+    """An answer naming the blocks at `offsets` (BLOCK bytes each, the last cut at `length`)."""
+    lbs = hdfs_pb2.LocatedBlocksProto(fileLength=length, underConstruction=writing, isLastBlockComplete=not writing)
+    for off in offsets:
+        block = lbs.blocks.add(offset=off, corrupt=False)
+        block.b.poolId, block.b.blockId = "bp", first_id + off // BLOCK
+        block.b.generationStamp, block.b.numBytes = stamp, min(BLOCK, length - off)
+    if policy:
+        lbs.ecPolicy.name = policy
+    return lbs
+
+
+@given(st.integers(1, 8 * BLOCK), st.data())
+def test_a_guess_covers_a_range_only_with_kept_blocks_and_matches_only_the_same_blocks(length: int, data) -> None:  # type: ignore[no-untyped-def]
+    blocks = list(range(0, length, BLOCK))
+    told = data.draw(st.lists(st.sampled_from(blocks), unique=True))
+    seen = SeenBlocks()
+    seen.note("/f", _answer(length, 100, told))
+    offset = data.draw(st.integers(0, length + 10))
+    n = data.draw(st.integers(0, 3 * BLOCK))
+    guess = seen.guess("/f", offset, n)
+    want = clamp(offset, n, length)
+    needed = {b for b in blocks if b < offset + want and offset < b + BLOCK} if want else set()
+    assert (guess is not None) == needed.issubset(told)
+    if guess is None:
+        return
+    assert {b.offset for b in guess.blocks} == needed and guess.fileLength == length
+    full = _answer(length, 100, blocks)
+    assert same_range(guess, full, offset, n)
+    if needed:
+        assert not same_range(guess, _answer(length, 500, blocks), offset, n)  # replaced: other block ids
+        assert not same_range(guess, _answer(length, 100, blocks, stamp=8), offset, n)  # appended to, recovered
+    assert not same_range(guess, _answer(length + 1, 100, list(range(0, length + 1, BLOCK))), offset, n)
+    assert not same_range(guess, _answer(length, 100, blocks, writing=True), offset, n)
+    assert not same_range(guess, _answer(length, 100, blocks, policy="RS-6-3-1024k"), offset, n)
+
+
+def test_seen_blocks_keep_finalized_files_only_and_a_bounded_number() -> None:
+    seen = SeenBlocks(files=2, blocks=3)
+    seen.note("/w", _answer(5 * BLOCK, 1, [0], writing=True))
+    assert seen.guess("/w", 0, 10) is None and len(seen) == 0
+    seen.note("/f", _answer(5 * BLOCK, 1, [0, BLOCK, 2 * BLOCK]))
+    seen.note("/f", _answer(5 * BLOCK, 1, [3 * BLOCK]))
+    assert seen.guess("/f", 3 * BLOCK, 10) is not None
+    assert seen.guess("/f", 0, 10) is None  # the oldest block dropped: three per file
+    seen.note("/f", _answer(6 * BLOCK, 50, [0]))  # a new length: what was kept of the old file goes
+    assert seen.guess("/f", 3 * BLOCK, 10) is None and seen.guess("/f", 0, 10) is not None
+    seen.note("/g", _answer(BLOCK, 9, [0]))
+    seen.note("/h", _answer(BLOCK, 8, [0]))
+    assert len(seen) == 2 and seen.guess("/f", 0, 10) is None  # the least recently noted file dropped
+    seen.forget("/g")
+    assert seen.guess("/g", 0, 10) is None and seen.guess("/h", 0, 10) is not None
+
+
+def test_an_answer_naming_another_block_where_one_was_kept_starts_the_file_over() -> None:
+    seen = SeenBlocks()
+    seen.note("/f", _answer(3 * BLOCK, 1, [0, 2 * BLOCK]))
+    seen.note("/f", _answer(3 * BLOCK, 40, [0]))  # replaced by a file of the same length
+    assert seen.guess("/f", 0, 10) is not None and seen.guess("/f", 2 * BLOCK, 10) is None
