@@ -7,12 +7,16 @@ says. Pure bookkeeping, bounded in files and in blocks per file.
 Block ids are never reused, and a block's bytes do not change under one generation stamp (an
 append, a truncate or a recovery gives it a new one), so bytes read from the same block as the
 answer names are the bytes the answer would have read.
+
+A block is kept serialized (about 1.3 KiB in memory with three locations and a token): a parsed
+block would keep its whole answer's parse alive (about 5 KiB).
 """
 
 from __future__ import annotations
 
 import collections
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from hdfsfuse.datanode.pieces import clamp
 from hdfsfuse.proto import hdfs_pb2
@@ -20,16 +24,39 @@ from hdfsfuse.proto import hdfs_pb2
 LocatedBlocks = hdfs_pb2.LocatedBlocksProto
 LocatedBlock = hdfs_pb2.LocatedBlockProto
 
-SEEN_FILES = 1024  # files whose blocks are kept, the least recently read dropped first
-SEEN_BLOCKS = 64  # blocks kept per file, the oldest dropped first
+SEEN_FILES = 256  # files whose blocks are kept, the least recently read dropped first
+SEEN_BLOCKS = 16  # blocks kept per file, the oldest dropped first
+
+
+class _Block(NamedTuple):
+    offset: int
+    block_id: int
+    stamp: int
+    length: int
+    raw: bytes  # the LocatedBlockProto, serialized
+
+    @classmethod
+    def of(cls, block: LocatedBlock) -> _Block:
+        return cls(block.offset, block.b.blockId, block.b.generationStamp, block.b.numBytes,
+                   block.SerializeToString())
+
+    def holds(self, offset: int, n: int) -> bool:
+        """Whether the block holds part of [offset, offset+n)."""
+        return n > 0 and self.offset < offset + n and offset < self.offset + self.length
 
 
 class _Seen:
-    __slots__ = ("answer", "blocks")
+    __slots__ = ("blocks", "identity", "template")
 
     def __init__(self, answer: LocatedBlocks) -> None:
-        self.answer = answer  # the newest answer: the file's length, EC policy and encryption
-        self.blocks: collections.OrderedDict[int, LocatedBlock] = collections.OrderedDict()  # by offset
+        self.identity = _identity(answer)
+        template = LocatedBlocks(fileLength=answer.fileLength, underConstruction=False, isLastBlockComplete=True)
+        if answer.HasField("ecPolicy"):
+            template.ecPolicy.CopyFrom(answer.ecPolicy)
+        if answer.HasField("fileEncryptionInfo"):
+            template.fileEncryptionInfo.CopyFrom(answer.fileEncryptionInfo)
+        self.template = template.SerializeToString()  # the answer without its blocks
+        self.blocks: collections.OrderedDict[int, _Block] = collections.OrderedDict()  # by offset
 
 
 def _identity(lbs: LocatedBlocks) -> tuple[int, str, bytes]:
@@ -42,19 +69,10 @@ def finalized(lbs: LocatedBlocks) -> bool:
     return not lbs.underConstruction and (not lbs.HasField("lastBlock") or lbs.isLastBlockComplete)
 
 
-def _holds(block: LocatedBlock, offset: int, n: int) -> bool:
-    """Whether the block holds part of [offset, offset+n)."""
-    return n > 0 and block.offset < offset + n and offset < block.offset + block.b.numBytes
-
-
-def _other(kept: LocatedBlock | None, block: LocatedBlock) -> bool:
-    """Whether a kept block at the same offset is not the same block as `block`."""
-    return kept is not None and (kept.b.blockId, kept.b.generationStamp) != (block.b.blockId, block.b.generationStamp)
-
-
 def touched(blocks: Iterable[LocatedBlock], offset: int, n: int) -> list[tuple[int, int, int, int]]:
     """(offset, block id, generation stamp, length) of each block holding part of [offset, offset+n)."""
-    return sorted((b.offset, b.b.blockId, b.b.generationStamp, b.b.numBytes) for b in blocks if _holds(b, offset, n))
+    named = ((b.offset, b.b.blockId, b.b.generationStamp, b.b.numBytes) for b in blocks)
+    return sorted(t for t in named if n > 0 and t[0] < offset + n and offset < t[0] + t[3])
 
 
 class SeenBlocks:
@@ -74,12 +92,11 @@ class SeenBlocks:
             self._seen.pop(path, None)
             return
         seen = self._seen.get(path)
-        if seen is None or _identity(seen.answer) != _identity(lbs) or any(
+        if seen is None or seen.identity != _identity(lbs) or any(
                 _other(seen.blocks.get(block.offset), block) for block in lbs.blocks):
             seen = self._seen[path] = _Seen(lbs)  # another file, or this one changed: start over
-        seen.answer = lbs
         for block in lbs.blocks:
-            seen.blocks[block.offset] = block
+            seen.blocks[block.offset] = _Block.of(block)
             seen.blocks.move_to_end(block.offset)
         while len(seen.blocks) > self.blocks:
             seen.blocks.popitem(last=False)
@@ -96,22 +113,24 @@ class SeenBlocks:
         seen = self._seen.get(path)
         if seen is None:
             return None
-        n = clamp(offset, length, seen.answer.fileLength)
-        blocks = [b for b in seen.blocks.values() if _holds(b, offset, n)]
+        n = clamp(offset, length, seen.identity[0])
+        blocks = sorted((b for b in seen.blocks.values() if b.holds(offset, n)), key=lambda b: b.offset)
         covered = offset
-        for block in sorted(blocks, key=lambda b: b.offset):
+        for block in blocks:
             if block.offset > covered:
                 return None
-            covered = max(covered, block.offset + block.b.numBytes)
+            covered = max(covered, block.offset + block.length)
         if n and covered < offset + n:
             return None
-        guess = LocatedBlocks(fileLength=seen.answer.fileLength, underConstruction=False,
-                              isLastBlockComplete=True, blocks=blocks)
-        if seen.answer.HasField("ecPolicy"):
-            guess.ecPolicy.CopyFrom(seen.answer.ecPolicy)
-        if seen.answer.HasField("fileEncryptionInfo"):
-            guess.fileEncryptionInfo.CopyFrom(seen.answer.fileEncryptionInfo)
+        guess = LocatedBlocks.FromString(seen.template)
+        for block in blocks:
+            guess.blocks.add().MergeFromString(block.raw)
         return guess
+
+
+def _other(kept: _Block | None, block: LocatedBlock) -> bool:
+    """Whether a kept block at the same offset is not the same block as `block`."""
+    return kept is not None and (kept.block_id, kept.stamp) != (block.b.blockId, block.b.generationStamp)
 
 
 def same_range(guess: LocatedBlocks, answer: LocatedBlocks, offset: int, length: int) -> bool:
