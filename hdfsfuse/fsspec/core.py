@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import errno
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -58,7 +59,7 @@ class Core:
         self.client = client
         self.namenode = client.namenode
         self.request_timeout = request_timeout
-        self.recent = RecentStatuses()  # what `info` and `ls` just described, for `open`
+        self.recent = RecentStatuses()  # what `info` and `ls` just described, for `info` and `open`
         self.seen = seen.SeenBlocks()  # blocks of finalized files read before, for `cat`'s early read
         self.early_reads: collections.Counter[str] = collections.Counter()  # "kept" or "dropped"
 
@@ -76,7 +77,7 @@ class Core:
         status = await self.namenode.get_file_link_info(path)
         if status is None:
             raise FileNotFound(f"{path}: no such file or directory")
-        self.recent.note(path, status, trio.current_time())
+        self.recent.note(path, status, time.monotonic())
         return infos.info(path, status)
 
     async def ls(self, path: str) -> list[dict[str, Any]]:
@@ -86,9 +87,9 @@ class Core:
             status = await self.namenode.get_file_info(path)
             if status is None:
                 raise FileNotFound(f"{path}: no such file or directory") from None
-            self.recent.note(path, status, trio.current_time())
+            self.recent.note(path, status, time.monotonic())
             return [infos.info(path, status)]
-        now = trio.current_time()
+        now = time.monotonic()
         described = []
         for entry in entries:
             child = infos.join(path, entry.path.decode("utf-8", "surrogateescape"))
@@ -112,7 +113,7 @@ class Core:
         (one call, not getFileInfo and then the locations; the filesystem's client keeps no
         locations across opens). Gone since (deleted, or replaced by a new file): the path is
         opened afresh."""
-        described = self.recent.get(path, trio.current_time())
+        described = self.recent.file(path, time.monotonic())
         if described is not None:
             try:
                 return await self.client.open(path, file_id=described.fileId, known=described)

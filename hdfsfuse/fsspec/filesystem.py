@@ -14,6 +14,7 @@ import datetime
 import errno
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -100,6 +101,27 @@ class Connection:
             assert self._core is not None
             return portal, self._core
 
+    def described(self, path: str, use_listings_cache: bool) -> dict[str, Any] | None:
+        """`info` of a path `info` or a listing described within the last second, from that
+        description (no NameNode call, no trip to the loop); None: ask."""
+        core = self._live_core()
+        if not use_listings_cache or core is None:
+            return None
+        status = core.recent.get(path, time.monotonic())
+        return None if status is None else infos.info(path, status)
+
+    def forget_described(self, path: str | None) -> None:
+        core = self._live_core()
+        if core is not None:
+            core.recent.forget(path)
+
+    def _live_core(self) -> Core | None:
+        """This process's core if it is running (nothing is started here)."""
+        portal, core = self._portal, self._core
+        if portal is None or core is None or portal.pid != os.getpid() or core.client is not portal.client:
+            return None
+        return core
+
     def call(self, op: str, what: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         portal, core = self._ready()
         return portal.call(core.bounded, op, what, fn, *args)
@@ -179,7 +201,14 @@ class HdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         path = self._strip_protocol(path)
+        described = self.connection.described(path, self.dircache.use_listings_cache)
+        if described is not None:
+            return described
         return self._call("stat", path, self.connection.core().info, path)
+
+    def invalidate_cache(self, path: str | None = None) -> None:
+        """Forget what `info` and listings described (of `path`, or of every path)."""
+        self.connection.forget_described(None if path is None else self._strip_protocol(path))
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
         path = self._strip_protocol(path)
@@ -294,7 +323,13 @@ class AsyncHdfsFileSystem(AsyncFileSystem):  # type: ignore[misc]
 
     async def _info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         path = self._strip_protocol(path)
+        described = self.connection.described(path, self.dircache.use_listings_cache)
+        if described is not None:
+            return described
         return await self.connection.call_async("stat", path, self._core_fn("info"), path)
+
+    def invalidate_cache(self, path: str | None = None) -> None:
+        self.connection.forget_described(None if path is None else self._strip_protocol(path))
 
     async def _ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
         path = self._strip_protocol(path)

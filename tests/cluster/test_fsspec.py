@@ -170,6 +170,34 @@ def test_an_open_right_after_info_asks_once_and_a_file_replaced_meanwhile_is_ope
         fs.open(path)
 
 
+def test_info_right_after_a_listing_answers_from_it_unless_the_listings_cache_is_off(cluster: MiniDfs) -> None:
+    folder = f"{ROOT}/listed"
+    cluster.delete(folder)
+    first = cluster.put_bytes(random_bytes(30_000, seed=95), f"{folder}/a")
+    fs = _fs(cluster)
+    fs.connection.core().recent.seconds = 600.0  # a loaded machine must not outlast the second in between
+    listed = {e["name"]: e for e in fs.ls(folder)}
+    before = cluster.rpc_counts()
+    assert fs.info(f"{folder}/a") == listed[f"{folder}/a"] and fs.info(folder)["type"] == "directory"
+    assert fs.size(f"{folder}/a") == len(first) and fs.isfile(f"{folder}/a")
+    assert cluster.rpc_counts() - before == {"GetFileLinkInfo": 1}  # the folder itself; the file: from the listing
+
+    # Within the window, info describes the file as listed (as fsspec's listing caches do);
+    # what is read is the file there now.
+    cluster.delete(f"{folder}/a")
+    second = cluster.put_bytes(random_bytes(20_000, seed=96), f"{folder}/a")
+    assert fs.info(f"{folder}/a")["size"] == len(first)
+    assert fs.cat_file(f"{folder}/a") == second
+    fs.invalidate_cache(f"{folder}/a")
+    assert fs.info(f"{folder}/a")["size"] == len(second)
+
+    fresh = _fs(cluster, use_listings_cache=False)
+    fresh.ls(folder)
+    before = cluster.rpc_counts()
+    assert fresh.info(f"{folder}/a")["size"] == len(second)
+    assert cluster.rpc_counts() - before == {"GetFileLinkInfo": 1}
+
+
 def test_a_read_in_blocks_read_before_starts_at_once_and_keeps_its_bytes_only_if_the_answer_names_them(
         cluster: MiniDfs) -> None:
     path = f"{ROOT}/early"

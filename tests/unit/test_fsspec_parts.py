@@ -128,7 +128,7 @@ def test_readahead_grows_on_sequential_reads_and_stays_exact_on_seeks() -> None:
     assert cache._fetch(len(data) - 10, len(data) + 50) == data[-10:]
 
 
-def test_recent_statuses_keep_files_for_a_moment_and_a_bounded_number() -> None:
+def test_recent_statuses_keep_descriptions_for_a_moment_and_a_bounded_number() -> None:
     def status(file_id: int, kind: int = hdfs_pb2.HdfsFileStatusProto.IS_FILE) -> hdfs_pb2.HdfsFileStatusProto:
         return hdfs_pb2.HdfsFileStatusProto(fileType=kind, fileId=file_id, path=b"", length=1,
                                             permission=hdfs_pb2.FsPermissionProto(perm=0o644), owner="u",
@@ -137,9 +137,12 @@ def test_recent_statuses_keep_files_for_a_moment_and_a_bounded_number() -> None:
     recent = RecentStatuses(seconds=1.0, capacity=3)
     recent.note("/d", status(5, hdfs_pb2.HdfsFileStatusProto.IS_DIR), now=0.0)
     recent.note("/link", status(6, hdfs_pb2.HdfsFileStatusProto.IS_SYMLINK), now=0.0)
-    assert len(recent) == 0  # only files are opened
+    assert recent.get("/d", now=0.5).fileId == 5 and recent.get("/link", now=0.5).fileId == 6  # type: ignore[union-attr]
+    assert recent.file("/d", now=0.5) is None and recent.file("/link", now=0.5) is None  # only files are opened
+    recent.forget()
+    assert len(recent) == 0
     recent.note("/a", status(10), now=0.0)
-    assert recent.get("/a", now=1.0) is not None and recent.get("/a", now=1.0).fileId == 10  # type: ignore[union-attr]
+    assert recent.file("/a", now=1.0) is not None and recent.file("/a", now=1.0).fileId == 10  # type: ignore[union-attr]
     assert recent.get("/a", now=1.01) is None and len(recent) == 0  # too old: gone
     for i, path in enumerate(("/a", "/b", "/c", "/d")):
         recent.note(path, status(20 + i), now=2.0)
