@@ -171,7 +171,7 @@ def test_an_open_right_after_info_asks_once_and_a_file_replaced_meanwhile_is_ope
 
 
 def test_info_right_after_a_listing_answers_from_it_unless_the_listings_cache_is_off(cluster: MiniDfs) -> None:
-    folder = f"{ROOT}/listed"
+    folder = "/t/fsspec-listed"  # outside ROOT, whose files test_metadata counts
     cluster.delete(folder)
     first = cluster.put_bytes(random_bytes(30_000, seed=95), f"{folder}/a")
     fs = _fs(cluster)
@@ -200,7 +200,7 @@ def test_info_right_after_a_listing_answers_from_it_unless_the_listings_cache_is
 
 def test_a_read_in_blocks_read_before_starts_at_once_and_keeps_its_bytes_only_if_the_answer_names_them(
         cluster: MiniDfs) -> None:
-    path = f"{ROOT}/early"
+    path = "/t/fsspec-early"  # outside ROOT, whose files test_metadata counts
     cluster.delete(path)
     first = cluster.put_bytes(random_bytes(2_500_000, seed=91), path)  # blocks of 1 MiB: 0, 1 and 2
     fs = _fs(cluster)
