@@ -350,7 +350,8 @@ def test_erasure_coded_files(rs32, tmp_path: Path) -> None:  # type: ignore[no-u
     fs = _fs(cluster)
     for path, data in files.items():
         assert fs.cat_file(path) == data
-        assert fs.cat_file(path, 1000, 70_000) == data[1000:70_000]
+        assert fs.cat_file(path, 1000, 70_000) == data[1000:70_000]  # from the block groups read before
+    assert fs.connection.core().early_reads == {"kept": len(files)}
     assert fs.info("/ec/odd")["ec_policy"].startswith("RS-3-2")
     meta = _wide_file(cluster, tmp_path / "wide.parquet", "/ec/wide.parquet")
     assert _one_column_read_costs(cluster, fs, "/ec/wide.parquet", meta) <= 1.1
@@ -366,6 +367,7 @@ def test_viewfs(federated: MiniDfs, tmp_path: Path) -> None:
     b = federated.put_bytes(random_bytes(200_000, seed=92), f"{ns1}/fb/y")
     fs = fsspec.filesystem("hdfsfuse", uri="viewfs://lake", hadoop_conf=conf, skip_instance_cache=True)
     assert fs.cat_file("/a/x") == a and fs.cat_file("viewfs://lake/b/y", 7, 99) == b[7:99]
+    assert fs.cat_file("/a/x", 5, 50_000) == a[5:50_000] and fs.connection.core().early_reads == {"kept": 1}
     assert fs.ls("/", detail=False) == ["/a", "/b"]
     with fs.open("viewfs://lake/b/y") as f:
         assert f.read() == b
@@ -383,6 +385,8 @@ def test_kerberos_with_a_keytab(secure, monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path}/no-such-cache")  # the keytab is the only credential
     fs = _fs(cluster, keytab=k["client_keytab"], principal=k["client_principal"])
     assert fs.cat_file("/krb/f") == data
+    assert fs.cat_file("/krb/f", 100, 9_000) == data[100:9_000]  # its block and token kept: read at once
+    assert fs.connection.core().early_reads == {"kept": 1}
     assert fs.cat_ranges(["/krb/f"], [1000], [2000]) == [data[1000:2000]]
     meta = _wide_file(cluster, tmp_path / "wide.parquet", "/krb/wide.parquet")
     assert _one_column_read_costs(cluster, fs, "/krb/wide.parquet", meta) <= 1.1
