@@ -135,24 +135,26 @@ class Core:
         offset, length = (start, max(0, end - start)) if known else (0, WHOLE_FILE)  # type: ignore[operator]
         guess = self.seen.guess(path, offset, length)
         early: list[bytes | bytearray] = []
+        same = False  # the answer names the guessed blocks
         if guess is None:
             answer = await self._answer(path, offset, length)
         else:
-            failure: HdfsError | None = None
+            failure: HdfsError | OSError | None = None
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_early, path, guess, start, end, early)
                 try:
                     answer = await self._answer(path, offset, length)
-                except HdfsError as e:  # raised outside the nursery, not as a group
+                except (HdfsError, OSError) as e:  # raised outside the nursery, not as a group
                     failure = e
                     nursery.cancel_scope.cancel()
                 else:
-                    if not seen.same_range(guess, answer, offset, length):
+                    same = seen.same_range(guess, answer, offset, length)
+                    if not same:
                         nursery.cancel_scope.cancel()  # whatever the early read gets is dropped
             if failure is not None:
                 raise failure
         self.seen.note(path, answer)
-        if guess is not None and early and seen.same_range(guess, answer, offset, length):
+        if same and early:
             self.early_reads["kept"] += 1
             data = early[0]
         else:

@@ -116,11 +116,15 @@ class Connection:
             core.recent.forget(path)
 
     def _live_core(self) -> Core | None:
-        """This process's core if it is running (nothing is started here)."""
+        live = self._live()
+        return None if live is None else live[1]
+
+    def _live(self) -> tuple[Portal, Core] | None:
+        """This process's loop and core if they are running (nothing is started here)."""
         portal, core = self._portal, self._core
         if portal is None or core is None or portal.pid != os.getpid() or core.client is not portal.client:
             return None
-        return core
+        return portal, core
 
     def call(self, op: str, what: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         portal, core = self._ready()
@@ -129,9 +133,12 @@ class Connection:
     def core(self) -> Core:
         return self._ready()[1]
 
-    async def call_async(self, op: str, what: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        portal, core = await asyncio.to_thread(self._ready)
-        return await asyncio.wrap_future(portal.submit(core.bounded, op, what, fn, *args))
+    async def call_async(self, op: str, what: str, job: Callable[[Core], Awaitable[T]]) -> T:
+        """`job(core)` on the loop, awaited from asyncio: the loop is started (on first use, or
+        after a fork) in a worker thread, never in the asyncio loop's own."""
+        live = self._live()
+        portal, core = live if live is not None else await asyncio.to_thread(self._ready)
+        return await asyncio.wrap_future(portal.submit(core.bounded, op, what, job, core))
 
     def open_file(self, fs: Reads, path: str, mode: str, block_size: int | None,
                   cache_options: dict[str, Any] | None, **kwargs: Any) -> HdfsBufferedFile:
@@ -326,29 +333,25 @@ class AsyncHdfsFileSystem(AsyncFileSystem):  # type: ignore[misc]
         described = self.connection.described(path, self.dircache.use_listings_cache)
         if described is not None:
             return described
-        return await self.connection.call_async("stat", path, self._core_fn("info"), path)
+        return await self.connection.call_async("stat", path, lambda core: core.info(path))
 
     def invalidate_cache(self, path: str | None = None) -> None:
         self.connection.forget_described(None if path is None else self._strip_protocol(path))
 
     async def _ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
         path = self._strip_protocol(path)
-        entries = await self.connection.call_async("ls", path, self._core_fn("ls"), path)
+        entries = await self.connection.call_async("ls", path, lambda core: core.ls(path))
         return entries if detail else [e["name"] for e in entries]
 
     async def _cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
         path = self._strip_protocol(path)
-        return bytes(await self.connection.call_async("read", path, self._core_fn("cat"), path, start, end))
+        return bytes(await self.connection.call_async("read", path, lambda core: core.cat(path, start, end)))
 
     async def _cat_ranges(self, paths: list[str], starts: Any, ends: Any, max_gap: int | None = None,
                           on_error: str = "return", **kwargs: Any) -> list[bytes | Exception]:
         args = self.connection.ranges([self._strip_protocol(p) for p in paths], starts, ends, max_gap)
-        core = await asyncio.to_thread(self.connection.core)
-        results = await self.connection.call_async("read", f"{len(paths)} ranges", cat_ranges, core, *args)
+        results = await self.connection.call_async("read", f"{len(paths)} ranges", lambda core: cat_ranges(core, *args))
         return _returned(results, on_error)
-
-    def _core_fn(self, name: str) -> Callable[..., Awaitable[Any]]:
-        return getattr(self.connection.core(), name)  # type: ignore[no-any-return]
 
     def _open(self, path: str, mode: str = "rb", block_size: int | None = None,
               cache_options: dict[str, Any] | None = None, **kwargs: Any) -> HdfsBufferedFile:

@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import pickle
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hdfsfuse.fsspec import AsyncHdfsFileSystem, HdfsFileSystem
+from hdfsfuse.fsspec.filesystem import Connection
 from tests.conftest import random_bytes, view_conf
 from tests.minidfs import MiniDfs
 
@@ -327,13 +329,23 @@ def test_a_filesystem_made_before_fork_serves_its_children(cluster: MiniDfs) -> 
     assert clone is not fs and clone.cat_file(f"{ROOT}/fork-1") == files[f"{ROOT}/fork-1"]
 
 
-def test_the_async_face(cluster: MiniDfs) -> None:
+def test_the_async_face(cluster: MiniDfs, monkeypatch: pytest.MonkeyPatch) -> None:
     data = cluster.put_bytes(random_bytes(100_000, seed=90), f"{ROOT}/async")
+    starts: list[threading.Thread] = []
+    ready = Connection._ready
+
+    def recorded(self: Connection) -> Any:
+        starts.append(threading.current_thread())
+        return ready(self)
+
+    monkeypatch.setattr(Connection, "_ready", recorded)
 
     async def run() -> None:
         fs = AsyncHdfsFileSystem(uri=cluster.uri, hadoop_conf=cluster.conf_dir, asynchronous=True,
                                  skip_instance_cache=True)
         assert (await fs._info(f"{ROOT}/async"))["size"] == len(data)
+        # The client started (a login and a connection) in a worker thread, not in asyncio's.
+        assert starts and threading.main_thread() not in starts
         assert await fs._cat_file(f"{ROOT}/async", 10, 20) == data[10:20]
         both = await asyncio.gather(fs._cat_file(f"{ROOT}/async"), fs._cat_ranges([f"{ROOT}/async"], [5], [9]))
         assert both == [data, [data[5:9]]]
