@@ -66,8 +66,9 @@ class Core:
     async def bounded(self, op: str, what: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run one request within `request_timeout`; what escapes becomes a Python OSError."""
         try:
-            with trio.fail_after(self.request_timeout):
+            with trio.CancelScope(deadline=trio.current_time() + self.request_timeout):
                 return await fn(*args)
+            raise trio.TooSlowError  # reached only when the deadline cancelled the call
         except Exception as e:
             raise python_error(op, what, e, self.request_timeout) from None
 

@@ -10,6 +10,7 @@ filesystem's `close()`, else at interpreter exit.
 from __future__ import annotations
 
 import atexit
+import collections
 import concurrent.futures
 import os
 import threading
@@ -28,6 +29,112 @@ T = TypeVar("T")
 START_TIMEOUT = 120.0  # a login and the first NameNode connection, with every retry
 
 
+class _Call:
+    """A coroutine function another thread asked the loop to run, and its outcome: the caller
+    blocks on a lock the loop releases (`wait`), or is told through a future (`future`)."""
+
+    __slots__ = ("_done", "_error", "_value", "args", "fn", "future")
+
+    def __init__(self, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...],
+                 future: concurrent.futures.Future[Any] | None = None) -> None:
+        self.fn, self.args, self.future = fn, args, future
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._done: threading.Lock | None = None
+        if future is None:
+            self._done = threading.Lock()
+            self._done.acquire()
+
+    def settle(self, value: Any, error: BaseException | None) -> None:
+        if self.future is not None:
+            if not self.future.cancelled():
+                if error is None:
+                    self.future.set_result(value)
+                else:
+                    self.future.set_exception(error)
+            return
+        assert self._done is not None
+        self._value, self._error = value, error
+        self._done.release()
+
+    def wait(self) -> Any:
+        assert self._done is not None
+        self._done.acquire()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class CallQueue:
+    """Calls from other threads into one trio loop: `serve` (a task on that loop) starts each
+    call handed over as its own task, so calls from several threads overlap.
+
+    A call is handed over through a queue and an eventfd the loop waits on, and its caller
+    waits on a plain lock: a call costs the two thread wake-ups and one task, not the
+    machinery of `trio.from_thread` (a system task and a result queue per call). Once the
+    loop stops (`refuse`), calls are refused, and calls it never started fail."""
+
+    def __init__(self) -> None:
+        self._calls: collections.deque[_Call] = collections.deque()
+        self._wakeup = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._accepting = True
+        self._lock = threading.Lock()  # guards `_accepting`, the hand-over and the eventfd
+
+    async def serve(self, nursery: trio.Nursery) -> None:
+        """Run on the loop until cancelled, starting each call in `nursery`."""
+        while True:
+            await trio.lowlevel.wait_readable(self._wakeup)
+            try:
+                os.eventfd_read(self._wakeup)
+            except BlockingIOError:
+                pass
+            while self._calls:
+                nursery.start_soon(self._run_call, self._calls.popleft())
+
+    @staticmethod
+    async def _run_call(call: _Call) -> None:
+        try:
+            value = await call.fn(*call.args)
+        except Exception as e:
+            call.settle(None, e)
+        except BaseException:  # the loop is stopping: the caller is told so, not left waiting
+            call.settle(None, trio.RunFinishedError("the filesystem was closed during the call"))
+            raise
+        else:
+            call.settle(value, None)
+
+    def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run `fn(*args)` on the loop and wait for its result (or exception)."""
+        call = _Call(fn, args)
+        self._hand_over(call)
+        return call.wait()  # type: ignore[no-any-return]
+
+    def submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
+        """Start `fn(*args)` on the loop; its future completes with its result or exception."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._hand_over(_Call(fn, args, future))
+        return future
+
+    def _hand_over(self, call: _Call) -> None:
+        with self._lock:
+            if not self._accepting:
+                raise trio.RunFinishedError("the filesystem is closed")
+            self._calls.append(call)
+            os.eventfd_write(self._wakeup, 1)
+
+    def refuse(self) -> None:
+        """The loop has stopped: refuse new calls and fail those it never started."""
+        with self._lock:
+            if not self._accepting:
+                return
+            self._accepting = False
+            left = list(self._calls)
+            self._calls.clear()
+            os.close(self._wakeup)
+        for call in left:
+            call.settle(None, trio.RunFinishedError("the filesystem was closed before the call ran"))
+
+
 class Portal:
     """A background trio loop with one connected client. `call` runs a coroutine function on it
     from any other thread and returns its result; `submit` returns a future instead."""
@@ -38,8 +145,8 @@ class Portal:
         self._options = options
         self._token: trio.lowlevel.TrioToken | None = None
         self._client: HdfsClient | None = None
-        self._nursery: trio.Nursery | None = None
         self._stop: trio.Event | None = None
+        self._calls = CallQueue()
         self._started = threading.Event()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="hdfsfuse-fsspec", daemon=True)
@@ -62,44 +169,27 @@ class Portal:
             if not self._started.is_set():
                 self._failure = e
         finally:
+            self._calls.refuse()
             self._started.set()
 
     async def _serve(self) -> None:
         async with HdfsClient.open_target(self._target, options=self._options) as client:
             async with trio.open_nursery() as nursery:
-                self._client, self._nursery = client, nursery
+                self._client = client
                 self._stop = trio.Event()
                 self._token = trio.lowlevel.current_trio_token()
+                nursery.start_soon(self._calls.serve, nursery)
                 self._started.set()
                 await self._stop.wait()
                 nursery.cancel_scope.cancel()
 
     def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run `fn(*args)` on the loop and wait for its result (or exception)."""
-        return trio.from_thread.run(fn, *args, trio_token=self._token)
+        return self._calls.call(fn, *args)
 
     def submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
         """Start `fn(*args)` on the loop; its future completes with its result or exception."""
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-        async def run() -> None:
-            try:
-                result = await fn(*args)
-            except BaseException as e:  # handed to the waiting caller, whatever it is
-                if not future.cancelled():
-                    future.set_exception(e)
-                if not isinstance(e, Exception):
-                    raise
-            else:
-                if not future.cancelled():
-                    future.set_result(result)
-
-        def start() -> None:
-            assert self._nursery is not None
-            self._nursery.start_soon(run)
-
-        trio.from_thread.run_sync(start, trio_token=self._token)
-        return future
+        return self._calls.submit(fn, *args)
 
     def close(self) -> None:
         """Stop the loop and close the client's connections (in the process that owns them)."""

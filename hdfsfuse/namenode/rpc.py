@@ -397,8 +397,8 @@ class RpcConnection:
         slot = _Slot()
         link: _Link | None = None
         call_id = -1
-        try:
-            with trio.fail_after(timeout):
+        try:  # a bare cancel scope: this is every NameNode call's path
+            with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
                 link = await self._connected()
                 call_id = next(self._call_ids) & 0x7FFFFFFF
                 state = None if self.alignment is None else self.alignment.last
@@ -406,11 +406,11 @@ class RpcConnection:
                 link.pending[call_id] = slot
                 await self._send(link, frame)
                 await slot.event.wait()
-        except trio.TooSlowError:
-            raise RpcTimeout(f"{method} on {self.address}: no answer within {timeout:g}s") from None
         finally:
             if link is not None:
                 link.pending.pop(call_id, None)
+        if scope.cancelled_caught:
+            raise RpcTimeout(f"{method} on {self.address}: no answer within {timeout:g}s")
         if slot.error is not None:
             raise slot.error
         assert slot.body is not None
