@@ -33,6 +33,7 @@ import trio
 
 from hdfsfuse.errors import AuthenticationRequired, ConnectionLost, HdfsError, ProtocolError, RpcTimeout, from_remote
 from hdfsfuse.namenode import ipc
+from hdfsfuse.namenode.link import Layer, Link, Slot, encode
 from hdfsfuse.proto import rpc_pb2
 from hdfsfuse.security import sasl
 from hdfsfuse.security.credentials import RpcAuth, canonical_hostname, expand_principal
@@ -42,20 +43,6 @@ from hdfsfuse.wire import NEED_DATA
 log = logging.getLogger(__name__)
 
 SaslState = rpc_pb2.RpcSaslProto
-
-
-class _Slot:
-    __slots__ = ("body", "error", "event")
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.body: bytes | None = None
-        self.error: HdfsError | None = None
-
-
-class Layer(Protocol):
-    def wrap(self, data: bytes) -> bytes: ...
-    def unwrap(self, token: bytes) -> bytes: ...
 
 
 class Mechanism(Protocol):
@@ -71,53 +58,6 @@ class SaslRefused(AuthenticationRequired):
 
 
 RECEIVE_SIZE = 65536
-
-
-def _encode(frame: bytes, layer: Layer | None) -> bytes:
-    return frame if layer is None else ipc.encode_wrapped(frame, layer.wrap)
-
-
-class _Link:
-    """One live (non-blocking) socket plus the calls waiting on it."""
-
-    def __init__(self, sock: socket.socket, layer: Layer | None) -> None:
-        sock.setblocking(False)
-        self.sock = sock
-        self.layer = layer
-        self.pending: dict[int, _Slot] = {}
-        self.dead: HdfsError | None = None
-
-    def encode(self, frame: bytes) -> bytes:
-        return _encode(frame, self.layer)
-
-    def send_now(self, data: bytes) -> int:
-        """As much of `data` as the socket takes without waiting."""
-        try:
-            return self.sock.send(data)
-        except BlockingIOError:
-            return 0
-
-    async def send_all(self, data: bytes | memoryview) -> None:
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[self.sock.send(view):]
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(self.sock)
-
-    def close(self) -> None:
-        if self.sock.fileno() >= 0:
-            trio.lowlevel.notify_closing(self.sock)
-            self.sock.close()
-
-    def fail_all(self, error: HdfsError) -> None:
-        if self.dead is None:
-            self.dead = error
-        for slot in self.pending.values():
-            if slot.error is None and slot.body is None:
-                slot.error = error
-                slot.event.set()
-        self.pending.clear()
 
 
 class StateAlignment:
@@ -162,7 +102,7 @@ class RpcConnection:
         self.qop = ""  # the negotiated SASL quality of protection ("" = SIMPLE)
         self.alignment = alignment  # observer reads: the state ids shared by a nameservice's connections
         self._nursery = nursery
-        self._link: _Link | None = None
+        self._link: Link | None = None
         self._connect_lock = trio.Lock()
         self._send_lock = trio.Lock()
         self._call_ids = itertools.count()
@@ -181,7 +121,7 @@ class RpcConnection:
     def user(self) -> str:
         return self.auth.user
 
-    async def _connected(self) -> _Link:
+    async def _connected(self) -> Link:
         link = self._link
         if link is not None and link.dead is None and not self._closed and not self._connect_lock.locked():
             return link  # the usual case, without a checkpoint
@@ -204,7 +144,7 @@ class RpcConnection:
             self._nursery.start_soon(self._reader, link)
             return link
 
-    async def _dial(self) -> _Link:
+    async def _dial(self) -> Link:
         """A new connection, authenticated, with its context sent."""
         try:
             with trio.fail_after(self.connect_timeout):
@@ -221,7 +161,7 @@ class RpcConnection:
             else:
                 with trio.fail_after(self.connect_timeout):
                     user, layer = await self._negotiate(stream)
-                await stream.send_all(_encode(ipc.encode_context(self.client_id, user, self.protocol), layer))
+                await stream.send_all(encode(ipc.encode_context(self.client_id, user, self.protocol), layer))
         except trio.TooSlowError:
             await trio.aclose_forcefully(stream)
             raise ConnectionLost(f"SASL with {self.address} took longer than {self.connect_timeout:g}s") from None
@@ -229,7 +169,7 @@ class RpcConnection:
             await trio.aclose_forcefully(stream)
             raise
         # Nothing is read ahead: the server says nothing more until the first call's answer.
-        return _Link(socket.socket(fileno=stream.socket.detach()), layer)
+        return Link(socket.socket(fileno=stream.socket.detach()), layer)
 
     async def _negotiate(self, stream: trio.SocketStream) -> tuple[str | None, Layer | None]:
         """SASL before the context: (the user the context names, the negotiated layer)."""
@@ -334,7 +274,7 @@ class RpcConnection:
         host = await trio.to_thread.run_sync(canonical_hostname, self.host, abandon_on_cancel=True)
         return expand_principal(template, host)
 
-    async def _reader(self, link: _Link) -> None:
+    async def _reader(self, link: Link) -> None:
         reader: ipc.ResponseReader | ipc.UnwrappingReader = (
             ipc.ResponseReader(self.max_frame) if link.layer is None
             else ipc.UnwrappingReader(link.layer.unwrap, self.max_frame)
@@ -370,7 +310,7 @@ class RpcConnection:
             link.fail_all(error)
             link.close()
 
-    def _dispatch(self, link: _Link, reader: ipc.ResponseReader | ipc.UnwrappingReader) -> HdfsError | None:
+    def _dispatch(self, link: Link, reader: ipc.ResponseReader | ipc.UnwrappingReader) -> HdfsError | None:
         """Route every complete response; return an error if the server sent FATAL."""
         while True:
             resp = reader.next_response()
@@ -394,8 +334,8 @@ class RpcConnection:
 
     async def call(self, method: str, request: bytes, timeout: float) -> bytes:
         """Send one call and wait for its response body, within `timeout` seconds."""
-        slot = _Slot()
-        link: _Link | None = None
+        slot = Slot()
+        link: Link | None = None
         call_id = -1
         try:  # a bare cancel scope: this is every NameNode call's path
             with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
@@ -416,7 +356,7 @@ class RpcConnection:
         assert slot.body is not None
         return slot.body
 
-    async def _send(self, link: _Link, frame: bytes) -> None:
+    async def _send(self, link: Link, frame: bytes) -> None:
         """Write one call whole, in order with the others: at once when no other call is part
         way through a send (no checkpoint), else after it. A failure fails the link's calls."""
         lock = self._send_lock
