@@ -31,6 +31,7 @@ from hdfsfuse.conf.hadoop import NameNodeTarget, ViewTarget
 from hdfsfuse.conf.mount_options import MountOptions
 from hdfsfuse.datanode.buffers import keep_read_buffers
 from hdfsfuse.errors import ConfigError
+from hdfsfuse.fuse import session
 from hdfsfuse.fuse.invalidation import LiveInvalidation
 from hdfsfuse.fuse.operations import HdfsOperations
 from hdfsfuse.local.io_threads import shorten_switch_interval
@@ -203,7 +204,8 @@ async def run_mount(
                     # through every idle task. Busy tasks still start others, up to 256, so
                     # concurrent requests run concurrently.
                     try:
-                        await pyfuse3.main(min_tasks=1, max_tasks=256)
+                        with session.serving():
+                            await pyfuse3.main(min_tasks=1, max_tasks=256)
                     finally:
                         notifying.cancel_scope.cancel()
             finally:
