@@ -94,8 +94,8 @@ class LoopFacade:
 
     Lock = HandoverLock
 
-    def __init__(self, probe: ReadinessProbe | None = None) -> None:
-        self.lowlevel = _Lowlevel(probe or ReadinessProbe())
+    def __init__(self) -> None:
+        self.lowlevel = _Lowlevel(ReadinessProbe())
 
     def __getattr__(self, name: str) -> Any:
         return getattr(trio, name)

@@ -155,15 +155,25 @@ async def test_a_cancelled_task_raises_even_with_a_request_queued(pipe: tuple[in
     assert scope.cancelled_caught
 
 
-async def test_a_closed_device_is_left_to_trio(pipe: tuple[int, int]) -> None:
+async def test_another_device_is_polled_in_place_of_the_first(pipe: tuple[int, int]) -> None:
     r, w = pipe
     probe = ReadinessProbe()
     os.write(w, b"x")
-    await probe.wait_readable(r)  # registered
+    await probe.wait_readable(r)  # the first device, registered and left readable
     other_r, other_w = os.pipe()
-    try:
+    written = False
+
+    async def write_once_all_wait() -> None:
+        nonlocal written
+        await trio.testing.wait_all_tasks_blocked()
+        written = True
         os.write(other_w, b"y")
-        await probe.wait_readable(other_r)  # another device: polled instead of the first
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write_once_all_wait)
+            await probe.wait_readable(other_r)  # nothing queued there yet: it waits
+            assert written
     finally:
         os.close(other_r)
         os.close(other_w)
