@@ -128,9 +128,9 @@ async def test_after_the_budget_the_wait_gives_the_scheduler_a_turn(pipe: tuple[
     assert took == [False, False, False, True, False, False, False, True]
 
 
-async def test_with_nothing_queued_it_waits_until_a_request_comes(pipe: tuple[int, int]) -> None:
-    r, w = pipe
-    probe = ReadinessProbe()
+async def waited_for_a_write(probe: ReadinessProbe, r: int, w: int) -> bool:
+    """Wait on `r` while another task writes to `w` once every task is blocked: whether the
+    wait lasted until that write."""
     written = False
 
     async def write_once_all_wait() -> None:
@@ -142,7 +142,12 @@ async def test_with_nothing_queued_it_waits_until_a_request_comes(pipe: tuple[in
     async with trio.open_nursery() as nursery:
         nursery.start_soon(write_once_all_wait)
         await probe.wait_readable(r)
-        assert written
+        return written
+
+
+async def test_with_nothing_queued_it_waits_until_a_request_comes(pipe: tuple[int, int]) -> None:
+    r, w = pipe
+    assert await waited_for_a_write(ReadinessProbe(), r, w)
 
 
 async def test_a_cancelled_task_raises_even_with_a_request_queued(pipe: tuple[int, int]) -> None:
@@ -161,19 +166,8 @@ async def test_another_device_is_polled_in_place_of_the_first(pipe: tuple[int, i
     os.write(w, b"x")
     await probe.wait_readable(r)  # the first device, registered and left readable
     other_r, other_w = os.pipe()
-    written = False
-
-    async def write_once_all_wait() -> None:
-        nonlocal written
-        await trio.testing.wait_all_tasks_blocked()
-        written = True
-        os.write(other_w, b"y")
-
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(write_once_all_wait)
-            await probe.wait_readable(other_r)  # nothing queued there yet: it waits
-            assert written
+        assert await waited_for_a_write(probe, other_r, other_w)  # nothing queued there yet: it waits
     finally:
         os.close(other_r)
         os.close(other_w)
