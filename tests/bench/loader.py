@@ -7,6 +7,10 @@ The data set: `--files` files of `--size` bytes in `--dirs` directories (ImageFo
 one directory per class), written by the Java client. Every file's bytes are unique to its path
 and offset (`expected`), and every worker checks every byte it reads.
 
+Before the first round, each contender reads one untimed epoch (its figures are not reported):
+the cluster's JVMs are cold right after the data set is written, and whichever contender read
+first would pay for their warm-up.
+
 Per contender and round, each phase is timed on its own, with the page cache dropped first:
     scan          `listdir` + `stat` of every file (the libraries: their listing calls)
     epoch         `--workers` processes read whole files in a seeded shuffled order (worker k
@@ -263,6 +267,28 @@ def contender_phases(cluster: MiniDfs, kind: str, rels: list[str], a: argparse.N
     return out
 
 
+def warm_up(cluster: MiniDfs, kind: str, rels: list[str], a: argparse.Namespace, mount_options: list[str]) -> float:
+    """One untimed epoch of a contender before the first round, outside every referee: the
+    cluster's JVMs are cold right after the data set is written, and whoever read first would
+    pay for their warm-up. Returns its files/s (for the log only)."""
+    mount: Mount | FloorMount | None = None
+    if kind == "mount":
+        mount = Mount(cluster, *mount_options, root=a.root)
+    elif kind == "floor":
+        mount = FloorMount({f"/{rel}": a.size for rel in rels})
+    order = list(rels)
+    random.Random(-1).shuffle(order)
+    try:
+        figures = Phase(cluster, kind, order, a.workers, scan=False, mount=mount, root=a.root, size=a.size,
+                        touch=a.touch).run()
+    finally:
+        if mount is not None:
+            mount.unmount()
+    if figures["wrong"]:
+        raise RuntimeError(f"{kind}: {figures['wrong']} files read wrong in the warm-up")
+    return figures["files_per_s"]
+
+
 def median_phase(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in ("seconds", "files_per_s", "worker_cpu_us_per_file", "daemon_cpu_us_per_file", "rpcs",
@@ -334,6 +360,9 @@ def main(argv: list[str] | None = None) -> None:
         # A training set is read long after it was written: let the last file settle (a mount opens
         # on kept statuses only files unchanged for a minute) before the first round.
         time.sleep(SETTLED_MS / 1000)
+        for kind in kinds:
+            print(f"warm-up {kind}: {warm_up(cluster, kind, rels, a, a.mount_option):.0f} files/s (not reported)",
+                  file=sys.stderr)
         for r in range(a.rounds):
             for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
                 for phase, figures in contender_phases(cluster, kind, rels, a, 1000 * r, a.mount_option).items():
