@@ -234,25 +234,33 @@ def _peak_rss_mib(pid: int) -> float:
     return 0.0
 
 
+def shuffled(rels: list[str], seed: int) -> list[str]:
+    """An epoch's seeded order."""
+    order = list(rels)
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def contender_mount(cluster: MiniDfs, kind: str, rels: list[str], a: argparse.Namespace,
+                    mount_options: list[str]) -> Mount | FloorMount | None:
+    """A fresh mount for the contenders that read through one (None for the libraries)."""
+    if kind == "mount":
+        return Mount(cluster, *mount_options, root=a.root)
+    if kind == "floor":
+        return FloorMount({f"/{rel}": a.size for rel in rels})
+    return None
+
+
 def contender_phases(cluster: MiniDfs, kind: str, rels: list[str], a: argparse.Namespace, seed: int,
                      mount_options: list[str]) -> dict[str, dict[str, Any]]:
-    def order(s: int) -> list[str]:
-        shuffled = list(rels)
-        random.Random(s).shuffle(shuffled)
-        return shuffled
-
     out: dict[str, dict[str, Any]] = {}
     common = {"root": a.root, "size": a.size, "touch": a.touch}
-    mount: Mount | FloorMount | None = None
-    if kind == "mount":
-        mount = Mount(cluster, *mount_options, root=a.root)
-    elif kind == "floor":
-        mount = FloorMount({f"/{rel}": a.size for rel in rels})
+    mount = contender_mount(cluster, kind, rels, a, mount_options)
     try:
         if kind != "floor":  # (the no-op daemon lists no directories)
             out["scan"] = Phase(cluster, kind, rels, 1, scan=True, mount=mount, **common).run()
-        out["epoch"] = Phase(cluster, kind, order(seed), a.workers, scan=False, mount=mount, **common).run()
-        out["second epoch"] = Phase(cluster, kind, order(seed + 1), a.workers, scan=False, mount=mount,
+        out["epoch"] = Phase(cluster, kind, shuffled(rels, seed), a.workers, scan=False, mount=mount, **common).run()
+        out["second epoch"] = Phase(cluster, kind, shuffled(rels, seed + 1), a.workers, scan=False, mount=mount,
                                     **common).run()
     finally:
         if mount is not None:
@@ -260,7 +268,7 @@ def contender_phases(cluster: MiniDfs, kind: str, rels: list[str], a: argparse.N
     if kind == "mount":
         mount = Mount(cluster, *mount_options, root=a.root)
         try:
-            out["cold epoch"] = Phase(cluster, kind, order(seed + 2), a.workers, scan=False, mount=mount,
+            out["cold epoch"] = Phase(cluster, kind, shuffled(rels, seed + 2), a.workers, scan=False, mount=mount,
                                       **common).run()
         finally:
             mount.unmount()
@@ -271,16 +279,10 @@ def warm_up(cluster: MiniDfs, kind: str, rels: list[str], a: argparse.Namespace,
     """One untimed epoch of a contender before the first round, outside every referee: the
     cluster's JVMs are cold right after the data set is written, and whoever read first would
     pay for their warm-up. Returns its files/s (for the log only)."""
-    mount: Mount | FloorMount | None = None
-    if kind == "mount":
-        mount = Mount(cluster, *mount_options, root=a.root)
-    elif kind == "floor":
-        mount = FloorMount({f"/{rel}": a.size for rel in rels})
-    order = list(rels)
-    random.Random(-1).shuffle(order)
+    mount = contender_mount(cluster, kind, rels, a, mount_options)
     try:
-        figures = Phase(cluster, kind, order, a.workers, scan=False, mount=mount, root=a.root, size=a.size,
-                        touch=a.touch).run()
+        figures = Phase(cluster, kind, shuffled(rels, -1), a.workers, scan=False, mount=mount, root=a.root,
+                        size=a.size, touch=a.touch).run()
     finally:
         if mount is not None:
             mount.unmount()
