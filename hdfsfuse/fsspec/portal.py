@@ -66,30 +66,54 @@ class _Call:
 
 
 class CallQueue:
-    """Calls from other threads into one trio loop: `serve` (a task on that loop) starts each
-    call handed over as its own task, so calls from several threads overlap.
+    """Calls from other threads into one trio loop, served by `serve` (a task on that loop).
 
     A call is handed over through a queue and an eventfd the loop waits on, and its caller
-    waits on a plain lock: a call costs the two thread wake-ups and one task, not the
-    machinery of `trio.from_thread` (a system task and a result queue per call). Once the
-    loop stops (`refuse`), calls are refused, and calls it never started fail."""
+    waits on a plain lock: a call costs the two thread wake-ups, not the machinery of
+    `trio.from_thread` (a system task and a result queue per call). A call that arrives alone
+    runs in `serve`'s own task, with no task started for it; a call that arrives while
+    another runs there is started as a task of its own through the loop's token
+    (`run_sync_soon`), so calls from several threads still overlap. Once the loop stops
+    (`refuse`), calls are refused, and calls it never started fail."""
 
     def __init__(self) -> None:
         self._calls: collections.deque[_Call] = collections.deque()
         self._wakeup = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._accepting = True
-        self._lock = threading.Lock()  # guards `_accepting`, the hand-over and the eventfd
+        self._inline = False  # `serve` is running a call in its own task
+        self._spawner: tuple[trio.lowlevel.TrioToken, trio.Nursery] | None = None
+        self._lock = threading.Lock()  # guards the fields above, the hand-over and the eventfd
 
     async def serve(self, nursery: trio.Nursery) -> None:
-        """Run on the loop until cancelled, starting each call in `nursery`."""
+        """Run on the loop until cancelled: a lone call here, several each in `nursery`."""
+        self._spawner = (trio.lowlevel.current_trio_token(), nursery)
         while True:
             await trio.lowlevel.wait_readable(self._wakeup)
             try:
                 os.eventfd_read(self._wakeup)
             except BlockingIOError:
                 pass
-            while self._calls:
-                nursery.start_soon(self._run_call, self._calls.popleft())
+            with self._lock:
+                lone = self._calls.popleft() if len(self._calls) == 1 else None
+                self._inline = lone is not None
+                calls = list(self._calls)
+                self._calls.clear()
+            for call in calls:
+                nursery.start_soon(self._run_call, call)
+            if lone is not None:
+                try:
+                    await self._run_call(lone)
+                finally:
+                    with self._lock:
+                        self._inline = False
+
+    def _start(self, call: _Call) -> None:
+        """On the loop (through its token): `call` as a task of its own."""
+        assert self._spawner is not None
+        try:
+            self._spawner[1].start_soon(self._run_call, call)
+        except RuntimeError:  # the nursery has closed: the loop is stopping
+            call.settle(None, trio.RunFinishedError("the filesystem was closed before the call ran"))
 
     @staticmethod
     async def _run_call(call: _Call) -> None:
@@ -119,6 +143,10 @@ class CallQueue:
         with self._lock:
             if not self._accepting:
                 raise trio.RunFinishedError("the filesystem is closed")
+            if self._inline:  # `serve` is busy with a call: this one must not wait for it
+                assert self._spawner is not None
+                self._spawner[0].run_sync_soon(self._start, call)
+                return
             self._calls.append(call)
             os.eventfd_write(self._wakeup, 1)
 
