@@ -145,7 +145,10 @@ class CallQueue:
                 raise trio.RunFinishedError("the filesystem is closed")
             if self._inline:  # `serve` is busy with a call: this one must not wait for it
                 assert self._spawner is not None
-                self._spawner[0].run_sync_soon(self._start, call)
+                try:
+                    self._spawner[0].run_sync_soon(self._start, call)
+                except trio.RunFinishedError:
+                    raise trio.RunFinishedError("the filesystem is closed") from None
                 return
             self._calls.append(call)
             os.eventfd_write(self._wakeup, 1)

@@ -92,11 +92,11 @@ def test_exceptions_reach_the_caller_and_futures_complete(loop: Loop) -> None:
         loop.calls.submit(fail, "gone").result(10)
 
 
-def test_a_call_running_when_the_loop_stops_fails_and_later_calls_are_refused(loop: Loop) -> None:
-    running = threading.Event()
+def test_calls_running_when_the_loop_stops_fail_and_later_calls_are_refused(loop: Loop) -> None:
+    running = threading.Semaphore(0)
 
     async def forever() -> None:
-        running.set()
+        running.release()
         await trio.sleep_forever()
 
     outcome: list[BaseException] = []
@@ -107,13 +107,16 @@ def test_a_call_running_when_the_loop_stops_fails_and_later_calls_are_refused(lo
         except BaseException as e:
             outcome.append(e)
 
-    waiting = threading.Thread(target=caller)
-    waiting.start()
-    assert running.wait(10)
+    # The first call runs in the queue's own task; the second arrives while it runs there.
+    waiting = [threading.Thread(target=caller) for _ in range(2)]
+    for thread in waiting:
+        thread.start()
+        assert running.acquire(timeout=10)
     loop.stop()
-    waiting.join(10)
-    assert not waiting.is_alive()  # told, not left waiting
-    assert len(outcome) == 1 and isinstance(outcome[0], trio.RunFinishedError)
+    for thread in waiting:
+        thread.join(10)
+        assert not thread.is_alive()  # told, not left waiting
+    assert len(outcome) == 2 and all(isinstance(e, trio.RunFinishedError) for e in outcome)
     with pytest.raises(trio.RunFinishedError, match="closed"):
         loop.calls.call(trio.sleep, 0)
     with pytest.raises(trio.RunFinishedError):
